@@ -1,0 +1,631 @@
+"""The deployctl command line: parse options, make one library call, print, exit with its code.
+
+Modules that talk to a cluster (and the ``kubernetes`` client they import) are imported inside
+the commands that need them, so ``validate`` and ``plan`` start fast on a laptop or CI runner.
+"""
+
+from __future__ import annotations
+
+import difflib
+import functools
+import os
+import pathlib
+import sys
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import click
+
+from orchestrator import errors, output
+from orchestrator.errors import ExitCode
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+VERSION = "0.1.0"
+SUPPORTED_KUBERNETES = "1.30 – 1.37"
+
+
+class _Group(click.Group):
+    """Suggests the closest command for a mistyped one."""
+
+    def resolve_command(self, ctx: click.Context, args: list[str]) -> Any:
+        name = args[0] if args else ""
+        if name and name not in self.commands and not name.startswith("-"):
+            close = difflib.get_close_matches(name, list(self.commands), n=1)
+            hint = f" Did you mean '{close[0]}'?" if close else ""
+            raise click.UsageError(f"no such command '{name}'.{hint}", ctx)
+        return super().resolve_command(ctx, args)
+
+
+def _fail(exc: errors.DeployctlError, fmt: str = "text") -> None:
+    if fmt in ("json", "yaml"):
+        click.echo(output.emit({"error": exc.message, "exit_code": int(exc.exit_code)}, fmt))
+    click.echo(output.paint("error: ", "red", sys.stderr) + exc.message, err=True)
+    sys.exit(int(exc.exit_code))
+
+
+def handles_errors(fn: F) -> F:
+    """Every DeployctlError becomes its message and exit code; nothing else is expected to escape."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except errors.DeployctlError as e:
+            _fail(e, kwargs.get("output_format", "text"))
+        except KeyboardInterrupt:
+            click.echo("interrupted", err=True)
+            sys.exit(130)
+
+    return wrapper  # type: ignore[return-value]
+
+
+def _output_option(
+    choices: tuple[str, ...] = ("text", "json", "yaml"), default: str = "text"
+) -> Callable[[F], F]:
+    return click.option(
+        "--output",
+        "output_format",
+        type=click.Choice(choices),
+        default=default,
+        show_default=True,
+        help="text for people, json/yaml for pipelines.",
+    )
+
+
+def _cluster_options(fn: F) -> F:
+    fn = click.option("--context", help="kubeconfig context (default: the current one).")(fn)
+    fn = click.option(
+        "--kubeconfig", type=click.Path(dir_okay=False), help="kubeconfig file (default: $KUBECONFIG)."
+    )(fn)
+    return fn
+
+
+def _load(path: str) -> Any:
+    from orchestrator import profile as profile_mod
+
+    return profile_mod.load(path)
+
+
+@click.group(
+    cls=_Group, context_settings={"auto_envvar_prefix": "DEPLOYCTL", "help_option_names": ["-h", "--help"]}
+)
+@click.version_option(VERSION, prog_name="deployctl")
+def main() -> None:
+    """deployctl: plan, render, apply, gate and roll back vLLM inference on Kubernetes."""
+
+
+# --- profile commands (no cluster) ----------------------------------------------------------------
+
+
+def _plan_or_fail(prof: Any) -> Any:
+    """The plan; invalid findings become exit 2 with the YAML line of each field."""
+    from orchestrator import planner
+
+    plan = planner.plan(prof)
+    invalid = [f for f in plan.findings if f.severity == "invalid"]
+    if invalid:
+        lines = [f"{prof.source}: the profile asks for something vLLM would refuse:"]
+        for f in invalid:
+            line = prof.line_of(f.field) if f.field else None
+            where = f" (line {line})" if line else ""
+            lines.append(f"  {f.field}{where}: {f.message}")
+        raise errors.InvalidProfile("\n".join(lines))
+    return plan
+
+
+@main.command()
+@click.argument("profile_path", metavar="PROFILE")
+@_output_option()
+@handles_errors
+def validate(profile_path: str, output_format: str) -> None:
+    """Check a profile's schema and VRAM math; no cluster needed."""
+    prof = _load(profile_path)
+    plan = _plan_or_fail(prof)
+    data = {
+        "profile": profile_path,
+        "valid": True,
+        "fits": plan.fits,
+        "findings": [f.to_json() for f in plan.findings],
+    }
+    if output_format != "text":
+        click.echo(output.emit(data, output_format))
+    else:
+        status = output.paint("fits", "green") if plan.fits else output.paint("does NOT fit", "red")
+        click.echo(
+            f"{profile_path}: valid; {status} ({prof.metadata.name}, TP={prof.engine.tensorParallelSize}, "
+            f"{prof.hardware.gpu or str(prof.hardware.memoryGiB) + ' GiB'})"
+        )
+        for f in plan.findings:
+            if f.severity != "info":
+                click.echo(f"  {f.severity}: {f.message}")
+    sys.exit(int(ExitCode.OK if plan.fits else ExitCode.DOES_NOT_FIT))
+
+
+@main.command()
+@click.argument("profile_path", metavar="PROFILE")
+@_output_option(("table", "json", "yaml"), "table")
+@handles_errors
+def plan(profile_path: str, output_format: str) -> None:
+    """The capacity table: does it fit, how many full-context sequences, and why."""
+    from orchestrator import planview
+
+    prof = _load(profile_path)
+    p = _plan_or_fail(prof)
+    if output_format == "table":
+        click.echo(planview.render_table(prof, p, color=output.color_enabled(sys.stdout)))
+    else:
+        click.echo(output.emit(p.to_json(), output_format))
+    sys.exit(int(ExitCode.OK if p.fits else ExitCode.DOES_NOT_FIT))
+
+
+@main.command()
+@click.argument("profile_path", metavar="PROFILE")
+@click.option(
+    "-o", "--out", "out_dir", type=click.Path(file_okay=False), help="Write one file per object here."
+)
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["manifests", "helm-values"]),
+    default="manifests",
+    show_default=True,
+    help="Kubernetes manifests, or values for charts/vllm-inference.",
+)
+@handles_errors
+def render(profile_path: str, out_dir: str | None, fmt: str) -> None:
+    """Render deterministic manifests (GitOps) or Helm values for a profile."""
+    from orchestrator import render as render_mod
+
+    prof = _load(profile_path)
+    _plan_or_fail(prof)
+    if fmt == "helm-values":
+        text = output.emit(render_mod.helm_values(prof), "yaml") + "\n"
+        if out_dir:
+            path = pathlib.Path(out_dir)
+            path.mkdir(parents=True, exist_ok=True)
+            (path / "values.yaml").write_text(text)
+            click.echo(f"wrote {path / 'values.yaml'}", err=True)
+        else:
+            click.echo(text, nl=False)
+        return
+    objects = render_mod.render(prof)
+    if out_dir:
+        for written in render_mod.write(objects, pathlib.Path(out_dir)):
+            click.echo(f"wrote {written}", err=True)
+    else:
+        click.echo(render_mod.to_yaml(objects), nl=False)
+
+
+# --- cluster commands -------------------------------------------------------------------------------
+
+
+def _options(**kw: Any) -> Any:
+    from orchestrator import pipeline
+
+    return pipeline.Options(environ=dict(os.environ), **kw)
+
+
+def _finish(outcome: Any, output_format: str) -> None:
+    if output_format == "json":
+        click.echo(output.emit(outcome.to_json(), "json"))
+    else:
+        color = "green" if outcome.exit_code == ExitCode.OK else "red"
+        click.echo(output.paint(outcome.result.upper(), color) + f": {outcome.message}")
+        for warning in outcome.warnings:
+            click.echo(f"  warning: {warning}")
+    sys.exit(int(outcome.exit_code))
+
+
+def _apply_like(fn: F) -> F:
+    fn = click.option(
+        "--lock-ttl",
+        type=click.IntRange(5, 3600),
+        default=60,
+        show_default=True,
+        help="Seconds before a lock left by a killed deployctl may be taken over.",
+    )(fn)
+    fn = click.option(
+        "--timeout",
+        type=click.FloatRange(1),
+        help="Overall rollout deadline in seconds (default: rollout.progressDeadlineSeconds).",
+    )(fn)
+    fn = click.option("--skip-bench", is_flag=True, help="Skip the smoke benchmark; gate on /health only.")(
+        fn
+    )
+    fn = click.option("--endpoint", help="Reach the server here instead of port-forwarding to each pod.")(fn)
+    fn = _cluster_options(fn)
+    return fn
+
+
+@main.command()
+@click.argument("profile_path", metavar="PROFILE")
+@_apply_like
+@click.option("--no-rollback", is_flag=True, help="Leave a failed revision in place for debugging.")
+@click.option("--create-namespace", is_flag=True, help="Create the profile's namespace if it is missing.")
+@_output_option(("text", "json"))
+@handles_errors
+def apply(
+    profile_path: str,
+    kubeconfig: str | None,
+    context: str | None,
+    endpoint: str | None,
+    skip_bench: bool,
+    timeout: float | None,
+    lock_ttl: int,
+    no_rollback: bool,
+    create_namespace: bool,
+    output_format: str,
+) -> None:
+    """Plan, preflight, lock, apply, watch, gate and record — or roll back."""
+    from orchestrator import pipeline
+
+    prof = _load(profile_path)
+    _plan_or_fail(prof)
+    text = pathlib.Path(profile_path).read_text()
+    progress = output.Progress(quiet=False)
+    outcome = pipeline.apply(
+        prof,
+        text,
+        _options(
+            kubeconfig=kubeconfig,
+            context=context,
+            endpoint=endpoint,
+            rollback=not no_rollback,
+            skip_bench=skip_bench,
+            timeout=timeout,
+            create_namespace=create_namespace,
+            lock_ttl=lock_ttl,
+        ),
+        progress,
+    )
+    progress.finish_line()
+    _finish(outcome, output_format)
+
+
+@main.command("gate")
+@click.argument("profile_path", metavar="PROFILE")
+@_apply_like
+@_output_option(("text", "json"))
+@handles_errors
+def gate_cmd(
+    profile_path: str,
+    kubeconfig: str | None,
+    context: str | None,
+    endpoint: str | None,
+    skip_bench: bool,
+    timeout: float | None,
+    lock_ttl: int,
+    output_format: str,
+) -> None:
+    """GitOps: wait for the synced Deployment to carry this profile, then health + smoke gate and record."""
+    from orchestrator import pipeline
+
+    prof = _load(profile_path)
+    _plan_or_fail(prof)
+    progress = output.Progress()
+    outcome = pipeline.gate_only(
+        prof,
+        pathlib.Path(profile_path).read_text(),
+        _options(
+            kubeconfig=kubeconfig,
+            context=context,
+            endpoint=endpoint,
+            skip_bench=skip_bench,
+            timeout=timeout,
+            lock_ttl=lock_ttl,
+        ),
+        progress,
+    )
+    progress.finish_line()
+    _finish(outcome, output_format)
+
+
+@main.command()
+@click.argument("name")
+@click.option("-n", "--namespace", default="default", show_default=True)
+@click.option(
+    "--to", "to", type=int, help="Revision to restore (default: the last good one before the live one)."
+)
+@_cluster_options
+@click.option("--endpoint", help="Reach the server here instead of port-forwarding to each pod.")
+@click.option("--timeout", type=click.FloatRange(1), help="Rollout deadline in seconds.")
+@click.option("--lock-ttl", type=click.IntRange(5, 3600), default=60, show_default=True)
+@_output_option(("text", "json"))
+@handles_errors
+def rollback(
+    name: str,
+    namespace: str,
+    to: int | None,
+    kubeconfig: str | None,
+    context: str | None,
+    endpoint: str | None,
+    timeout: float | None,
+    lock_ttl: int,
+    output_format: str,
+) -> None:
+    """Re-apply an earlier revision's stored manifests (needs only a kubeconfig)."""
+    from orchestrator import pipeline
+
+    progress = output.Progress()
+    outcome = pipeline.rollback(
+        name,
+        namespace,
+        to,
+        _options(
+            kubeconfig=kubeconfig, context=context, endpoint=endpoint, timeout=timeout, lock_ttl=lock_ttl
+        ),
+        progress,
+    )
+    progress.finish_line()
+    _finish(outcome, output_format)
+
+
+@main.command()
+@click.argument("name")
+@click.option("-n", "--namespace", default="default", show_default=True)
+@_cluster_options
+@_output_option()
+@handles_errors
+def history(
+    name: str, namespace: str, kubeconfig: str | None, context: str | None, output_format: str
+) -> None:
+    """The release's revisions: status, description, when, who."""
+    from orchestrator import views
+
+    rows = views.history(_options(kubeconfig=kubeconfig, context=context), name, namespace)
+    if output_format != "text":
+        click.echo(output.emit(rows, output_format))
+        return
+    click.echo(
+        output.table(
+            ["REVISION", "STATUS", "UPDATED", "ACTOR", "IMAGE", "DESCRIPTION"],
+            [
+                [
+                    r["revision"],
+                    r["status"],
+                    r["timestamp"],
+                    r["actor"],
+                    _short_image(r["image"]),
+                    r["description"],
+                ]
+                for r in rows
+            ],
+        )
+    )
+
+
+def _short_image(image: str) -> str:
+    return (
+        image
+        if "@sha256:" not in image
+        else image.split("@sha256:")[0] + "@sha256:" + image.split("@sha256:")[1][:12]
+    )
+
+
+@main.command()
+@click.argument("name")
+@click.option("-n", "--namespace", default="default", show_default=True)
+@_cluster_options
+@_output_option()
+@handles_errors
+def status(
+    name: str, namespace: str, kubeconfig: str | None, context: str | None, output_format: str
+) -> None:
+    """Live revision, pods (ready, node, GPUs), last failure and gate result."""
+    from orchestrator import views
+
+    data = views.status(_options(kubeconfig=kubeconfig, context=context), name, namespace)
+    if output_format != "text":
+        click.echo(output.emit(data, output_format))
+        return
+    click.echo(views.format_status(data))
+
+
+@main.command()
+@click.argument("profile_path", metavar="PROFILE")
+@_cluster_options
+@handles_errors
+def diff(profile_path: str, kubeconfig: str | None, context: str | None) -> None:
+    """Server-side dry-run against the live objects, as a unified diff (exit 0: none, 1: changes)."""
+    from orchestrator import views
+
+    prof = _load(profile_path)
+    _plan_or_fail(prof)
+    text = views.diff(_options(kubeconfig=kubeconfig, context=context), prof)
+    click.echo(text or "no changes", nl=bool(not text) or not text.endswith("\n"))
+    sys.exit(1 if text else 0)
+
+
+@main.command()
+@_cluster_options
+@_output_option()
+@handles_errors
+def inventory(kubeconfig: str | None, context: str | None, output_format: str) -> None:
+    """The cluster's GPU pools: product, nodes, GPUs total and free, NVLink."""
+    from orchestrator import views
+
+    pools = views.inventory(_options(kubeconfig=kubeconfig, context=context))
+    if output_format != "text":
+        click.echo(output.emit(pools, output_format))
+        return
+    click.echo(
+        output.table(
+            ["PRODUCT", "NVLINK", "NODES", "GPUS", "FREE"],
+            [
+                [p["product"], "yes" if p["nvlink"] else "no", p["nodes"], p["gpus_total"], p["gpus_free"]]
+                for p in pools
+            ],
+        )
+    )
+
+
+@main.group()
+def audit() -> None:
+    """Verify or export the tamper-evident release chain."""
+
+
+@audit.command("verify")
+@click.argument("name", required=False)
+@click.option("-n", "--namespace", default="default", show_default=True)
+@click.option(
+    "--file",
+    "export_file",
+    type=click.Path(dir_okay=False, exists=True),
+    help="Verify an exported chain offline instead of the live records.",
+)
+@click.option(
+    "--against",
+    type=click.Path(dir_okay=False, exists=True),
+    help="Also compare the live chain with an earlier export (catches a deleted newest record).",
+)
+@_cluster_options
+@_output_option()
+@handles_errors
+def audit_verify(
+    name: str | None,
+    namespace: str,
+    export_file: str | None,
+    against: str | None,
+    kubeconfig: str | None,
+    context: str | None,
+    output_format: str,
+) -> None:
+    """Walk the hash chain; an edited or deleted record is reported with its revision (exit 9)."""
+    from orchestrator import views
+
+    if not export_file and not name:
+        raise errors.UsageError("give a release NAME, or --file EXPORT.json to verify an export offline")
+    result = views.audit_verify(
+        _options(kubeconfig=kubeconfig, context=context), name, namespace, export_file, against
+    )
+    if output_format != "text":
+        click.echo(output.emit(result, output_format))
+    elif result["ok"]:
+        click.echo(
+            output.paint("OK", "green")
+            + f": {result['records']} records, chain intact (head {result['head'][:16]})"
+        )
+    else:
+        click.echo(output.paint("TAMPERED", "red") + f": {len(result['problems'])} problem(s)")
+        for p in result["problems"]:
+            click.echo(f"  revision {p['revision']}: {p['message']}")
+    sys.exit(0 if result["ok"] else int(ExitCode.AUDIT_FAILED))
+
+
+@audit.command("export")
+@click.argument("name")
+@click.option("-n", "--namespace", default="default", show_default=True)
+@click.option(
+    "-o", "--out", "out_file", type=click.Path(dir_okay=False), help="File to write (default: stdout)."
+)
+@_cluster_options
+@handles_errors
+def audit_export(
+    name: str, namespace: str, out_file: str | None, kubeconfig: str | None, context: str | None
+) -> None:
+    """Write the release chain as a JSON document an auditor can keep."""
+    from orchestrator import views
+
+    doc = views.audit_export(_options(kubeconfig=kubeconfig, context=context), name, namespace)
+    text = output.emit(doc, "json") + "\n"
+    if out_file:
+        pathlib.Path(out_file).write_text(text)
+        click.echo(f"wrote {out_file} ({len(doc['records'])} records)", err=True)
+    else:
+        click.echo(text, nl=False)
+
+
+@main.command("bench")
+@click.option("--url", required=True, help="Base URL of the OpenAI-compatible server.")
+@click.option("--model", required=True, help="Served model name.")
+@click.option("--concurrency", type=click.IntRange(1), default=16, show_default=True)
+@click.option("--requests", "requests_", type=click.IntRange(1), default=64, show_default=True)
+@click.option("--input-tokens", type=click.IntRange(1), default=512, show_default=True)
+@click.option("--output-tokens", type=click.IntRange(2), default=128, show_default=True)
+@click.option("--warmup", type=click.IntRange(0), default=4, show_default=True)
+@click.option(
+    "--duration", type=click.FloatRange(0.1), help="Stop after this many seconds instead of --requests."
+)
+@click.option("--request-rate", type=click.FloatRange(0.001), help="Open-loop Poisson arrivals per second.")
+@click.option("--burstiness", type=click.FloatRange(0.01), default=1.0, show_default=True)
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--timeout", type=click.FloatRange(1), default=600, show_default=True)
+@click.option(
+    "--save", type=click.Path(dir_okay=False), help="Write the JSON report and an HTML report beside it."
+)
+@_output_option(("table", "json"), "table")
+@handles_errors
+def bench_cmd(
+    url: str,
+    model: str,
+    concurrency: int,
+    requests_: int,
+    input_tokens: int,
+    output_tokens: int,
+    warmup: int,
+    duration: float | None,
+    request_rate: float | None,
+    burstiness: float,
+    seed: int,
+    timeout: float,
+    save: str | None,
+    output_format: str,
+) -> None:
+    """The smoke benchmark alone (vLLM `bench serve` metric names)."""
+    from orchestrator import bench
+
+    config = bench.BenchConfig(
+        url=url,
+        model=model,
+        concurrency=concurrency,
+        requests=requests_,
+        input_tokens=input_tokens,
+        output_tokens=output_tokens,
+        warmup=warmup,
+        duration=duration,
+        request_rate=request_rate,
+        burstiness=burstiness,
+        seed=seed,
+        timeout=timeout,
+    )
+    report = bench.run(config)
+    if save:
+        for written in bench.save(report, pathlib.Path(save)):
+            click.echo(f"wrote {written}", err=True)
+    click.echo(
+        output.emit(report.to_json(), "json") if output_format == "json" else bench.format_table(report)
+    )
+
+
+@main.command()
+@_output_option()
+def version(output_format: str) -> None:
+    """deployctl's version and the vLLM and Kubernetes versions it supports."""
+    from orchestrator import profile as profile_mod
+    from orchestrator import vllm_flags
+
+    data = {
+        "deployctl": VERSION,
+        "default_vllm": profile_mod.DEFAULT_VLLM_VERSION,
+        "vllm_flag_sets": vllm_flags.known_versions(),
+        "kubernetes": SUPPORTED_KUBERNETES,
+    }
+    if output_format != "text":
+        click.echo(output.emit(data, output_format))
+    else:
+        click.echo(
+            f"deployctl {VERSION}\nvLLM: {data['default_vllm']} (flag sets: {', '.join(data['vllm_flag_sets'])})\n"
+            f"Kubernetes: {SUPPORTED_KUBERNETES}"
+        )
+
+
+@main.command()
+@click.argument("shell", type=click.Choice(["bash", "zsh", "fish"]))
+def completion(shell: str) -> None:
+    """Print the shell completion script: eval "$(deployctl completion bash)"."""
+    from click.shell_completion import get_completion_class
+
+    cls = get_completion_class(shell)
+    assert cls is not None
+    click.echo(cls(main, {}, "deployctl", "_DEPLOYCTL_COMPLETE").source())

@@ -1,0 +1,98 @@
+"""The exception tree of deployctl and the exit code each failure maps to.
+
+Exit codes are part of the command-line interface (docs/cli.md): pipelines branch on them,
+so every failure a user can meet is one of these classes and nothing else escapes the CLI.
+Library exceptions (kubernetes, httpx, yaml, pydantic) are converted to these at the one
+module that meets them, with ``raise ... from e``.
+"""
+
+from __future__ import annotations
+
+import enum
+
+
+class ExitCode(enum.IntEnum):
+    OK = 0
+    USAGE = 1  # bad command line, missing file: the user's invocation, not the profile
+    INVALID_PROFILE = 2
+    DOES_NOT_FIT = 3
+    CLUSTER_ERROR = 4  # unreachable, API error, forbidden
+    ROLLOUT_FAILED = 5  # rollout failed or refused by preflight; nothing left half-applied
+    GATE_FAILED_ROLLED_BACK = 6
+    ROLLBACK_FAILED = 7
+    LOCKED = 8
+    AUDIT_FAILED = 9  # the release chain does not verify
+
+
+class DeployctlError(Exception):
+    """A failure explained for the user: ``message`` names the thing, the condition and the fix."""
+
+    exit_code: ExitCode = ExitCode.USAGE
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+class UsageError(DeployctlError):
+    exit_code = ExitCode.USAGE
+
+
+class InvalidProfile(DeployctlError):
+    exit_code = ExitCode.INVALID_PROFILE
+
+
+class DoesNotFit(DeployctlError):
+    exit_code = ExitCode.DOES_NOT_FIT
+
+
+class ClusterError(DeployctlError):
+    exit_code = ExitCode.CLUSTER_ERROR
+
+
+class Forbidden(ClusterError):
+    """The API server refused a verb; the message names the verb, resource and namespace."""
+
+
+class NotFound(ClusterError):
+    """An object we need (namespace, release, revision) is not in the cluster."""
+
+
+class Conflict(ClusterError):
+    """An optimistic-concurrency conflict (resourceVersion or create of an existing name)."""
+
+
+class WatchExpired(ClusterError):
+    """The watch's resourceVersion is too old (HTTP 410); the caller re-lists and watches again."""
+
+
+class EndpointError(DeployctlError):
+    """The inference server could not be reached or answered badly (connection, timeout, HTTP status)."""
+
+    exit_code = ExitCode.ROLLOUT_FAILED
+
+
+class RolloutFailed(DeployctlError):
+    exit_code = ExitCode.ROLLOUT_FAILED
+
+
+class GateFailedRolledBack(DeployctlError):
+    exit_code = ExitCode.GATE_FAILED_ROLLED_BACK
+
+
+class RollbackFailed(DeployctlError):
+    exit_code = ExitCode.ROLLBACK_FAILED
+
+
+class Locked(DeployctlError):
+    exit_code = ExitCode.LOCKED
+
+
+class AuditFailed(DeployctlError):
+    exit_code = ExitCode.AUDIT_FAILED
+
+
+def shorten(text: str, limit: int = 300) -> str:
+    """Cut an echoed server payload so a message stays one readable paragraph."""
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"

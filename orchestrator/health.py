@@ -1,0 +1,65 @@
+"""The health gate: every new pod answers /health 200 and lists the served model in /v1/models.
+
+Pods are reached through the URLs the pipeline hands in (port-forwards through the API server,
+or the profile's endpoint); this module only decides, with one deadline for all of them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable, Mapping
+
+from orchestrator import errors, http
+
+
+@dataclasses.dataclass
+class HealthReport:
+    ok: bool
+    targets: dict[str, str]  # target -> "healthy" or what was wrong
+    elapsed: float
+
+    def to_json(self) -> dict[str, object]:
+        return {"ok": self.ok, "targets": self.targets, "elapsed_s": round(self.elapsed, 2)}
+
+    def explain(self) -> str:
+        bad = [f"{t}: {why}" for t, why in self.targets.items() if why != "healthy"]
+        return "; ".join(bad) or "all healthy"
+
+
+def wait_healthy(
+    targets: Mapping[str, str],
+    model: str,
+    *,
+    timeout: float,
+    interval: float = 1.0,
+    progress: Callable[[str], None] = lambda _msg: None,
+) -> HealthReport:
+    """Poll each ``name -> base URL`` until all are healthy and serve ``model``, or the deadline passes."""
+    start = time.monotonic()
+    state = {name: "not checked yet" for name in targets}
+    while True:
+        for name, url in targets.items():
+            if state[name] == "healthy":
+                continue
+            state[name] = _check_one(url, model)
+        if all(v == "healthy" for v in state.values()):
+            return HealthReport(True, state, time.monotonic() - start)
+        if time.monotonic() - start >= timeout:
+            return HealthReport(False, state, time.monotonic() - start)
+        waiting = [n for n, v in state.items() if v != "healthy"]
+        progress(f"waiting for /health on {', '.join(waiting)} ({state[waiting[0]]})")
+        time.sleep(interval)
+
+
+def _check_one(url: str, model: str) -> str:
+    result = http.check_health(url, timeout=5.0)
+    if not result.ok:
+        return f"/health: {result.detail}"
+    try:
+        models = http.served_models(url, timeout=5.0)
+    except errors.EndpointError as e:
+        return f"/v1/models: {e.message}"
+    if model not in models:
+        return f"/v1/models lists {models or 'nothing'}, not {model!r}"
+    return "healthy"

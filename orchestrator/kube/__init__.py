@@ -1,0 +1,9 @@
+"""Cluster access: the only place deployctl imports the official ``kubernetes`` client.
+
+Everything above this package sees plain dicts of Kubernetes objects and our own errors.
+"""
+
+from orchestrator.kube.client import Kube, Ref, WatchEvent, connect
+from orchestrator.kube.portforward import PortForwarder
+
+__all__ = ["Kube", "PortForwarder", "Ref", "WatchEvent", "connect"]

@@ -1,0 +1,394 @@
+"""A small dict-in, dict-out REST client over the official kubernetes ``ApiClient``.
+
+The official client does the hard parts (kubeconfig, exec/OIDC credentials, TLS); we call the
+REST paths ourselves so that server-side apply, dry-run and watches work the same way for every
+kind and everything above returns plain JSON. ``ApiException`` and urllib3 errors are turned into
+``orchestrator.errors`` here and nowhere else.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import ssl
+from collections.abc import Iterator
+from typing import Any
+
+import urllib3
+import yaml
+from kubernetes import client as k8s
+from kubernetes import config as k8s_config
+from kubernetes.config.config_exception import ConfigException
+
+from orchestrator import errors
+
+FIELD_MANAGER = "deployctl"
+# Connect fast, read patiently: a reachable API server answers in milliseconds, an unreachable
+# one should fail the command in seconds, not minutes.
+CONNECT_TIMEOUT = 5.0
+READ_TIMEOUT = 30.0
+
+
+@dataclasses.dataclass(frozen=True)
+class Ref:
+    """Where a kind lives in the REST API."""
+
+    group_version: str
+    plural: str
+    namespaced: bool = True
+
+    def path(self, namespace: str | None, name: str | None = None, sub: str | None = None) -> str:
+        base = "/api/v1" if self.group_version == "v1" else f"/apis/{self.group_version}"
+        if self.namespaced:
+            if namespace is None:
+                base += f"/{self.plural}"  # all namespaces (list/watch only)
+            else:
+                base += f"/namespaces/{namespace}/{self.plural}"
+        else:
+            base += f"/{self.plural}"
+        if name is not None:
+            base += f"/{name}"
+        if sub is not None:
+            base += f"/{sub}"
+        return base
+
+
+# The kinds deployctl reads or writes. A static table keeps start-up free of discovery calls.
+KINDS: dict[str, Ref] = {
+    "Namespace": Ref("v1", "namespaces", namespaced=False),
+    "Node": Ref("v1", "nodes", namespaced=False),
+    "Pod": Ref("v1", "pods"),
+    "Service": Ref("v1", "services"),
+    "ServiceAccount": Ref("v1", "serviceaccounts"),
+    "ConfigMap": Ref("v1", "configmaps"),
+    "Secret": Ref("v1", "secrets"),
+    "Event": Ref("v1", "events"),
+    "Deployment": Ref("apps/v1", "deployments"),
+    "ReplicaSet": Ref("apps/v1", "replicasets"),
+    "PodDisruptionBudget": Ref("policy/v1", "poddisruptionbudgets"),
+    "NetworkPolicy": Ref("networking.k8s.io/v1", "networkpolicies"),
+    "Lease": Ref("coordination.k8s.io/v1", "leases"),
+    "Role": Ref("rbac.authorization.k8s.io/v1", "roles"),
+    "RoleBinding": Ref("rbac.authorization.k8s.io/v1", "rolebindings"),
+    "ClusterRole": Ref("rbac.authorization.k8s.io/v1", "clusterroles", namespaced=False),
+    "ClusterRoleBinding": Ref("rbac.authorization.k8s.io/v1", "clusterrolebindings", namespaced=False),
+}
+
+
+def ref_of(kind: str) -> Ref:
+    try:
+        return KINDS[kind]
+    except KeyError:
+        raise errors.UsageError(f"deployctl does not handle objects of kind {kind!r}") from None
+
+
+@dataclasses.dataclass(frozen=True)
+class WatchEvent:
+    type: str  # ADDED, MODIFIED, DELETED, BOOKMARK
+    object: dict[str, Any]
+
+
+class Kube:
+    """One connection to one cluster, as named by a kubeconfig and context."""
+
+    def __init__(self, api: k8s.ApiClient, context: str, server: str) -> None:
+        self._api = api
+        self.context = context
+        self.server = server
+
+    # -- plumbing ---------------------------------------------------------------------------
+
+    def _call(
+        self,
+        method: str,
+        path: str,
+        *,
+        query: list[tuple[str, Any]] | None = None,
+        body: Any = None,
+        content_type: str = "application/json",
+        stream: bool = False,
+        read_timeout: float | None = READ_TIMEOUT,
+        what: str = "",
+    ) -> Any:
+        headers = {"Accept": "application/json", "Content-Type": content_type}
+        try:
+            resp = self._api.call_api(
+                path,
+                method,
+                query_params=query or [],
+                header_params=headers,
+                body=body,
+                auth_settings=["BearerToken"],
+                _preload_content=False,
+                _return_http_data_only=True,
+                _request_timeout=(CONNECT_TIMEOUT, read_timeout),
+            )
+        except k8s.ApiException as e:
+            raise self._api_error(e, method, path, what) from e
+        except (urllib3.exceptions.HTTPError, OSError, ssl.SSLError) as e:
+            raise self._transport_error(e) from e
+        if stream:
+            return resp
+        try:
+            data = resp.data
+        finally:
+            resp.release_conn()
+        return json.loads(data) if data else None
+
+    def _transport_error(self, e: Exception) -> errors.ClusterError:
+        reason = getattr(e, "reason", None) or e
+        text = str(reason)
+        if "CERTIFICATE_VERIFY_FAILED" in text or isinstance(reason, ssl.SSLError):
+            cause = f"TLS error ({errors.shorten(text, 160)}); check the cluster CA in the kubeconfig"
+        elif "refused" in text.lower():
+            cause = "connection refused; is the API server running and the address right?"
+        elif "timed out" in text.lower() or "timeout" in text.lower():
+            cause = "the connection timed out; check the network path to the API server"
+        else:
+            cause = errors.shorten(text, 200)
+        return errors.ClusterError(
+            f"cannot reach the Kubernetes API at {self.server} (context {self.context!r}): {cause}"
+        )
+
+    def _api_error(self, e: k8s.ApiException, method: str, path: str, what: str) -> errors.ClusterError:
+        message = ""
+        try:
+            message = json.loads(e.body or "{}").get("message", "")
+        except (ValueError, AttributeError):
+            message = str(e.body or "")
+        message = errors.shorten(message or str(e.reason), 300)
+        subject = what or f"{method} {path}"
+        if e.status == 401:
+            return errors.ClusterError(
+                f"the API server at {self.server} rejected the credentials of context {self.context!r} "
+                f"(401 Unauthorized: expired or wrong token/certificate?); refresh the kubeconfig"
+            )
+        if e.status == 403:
+            return errors.Forbidden(f"forbidden: {message}. Grant it in the Role (see manifests/rbac/)")
+        if e.status == 404:
+            return errors.NotFound(f"{subject}: not found ({message})")
+        if e.status == 409:
+            return errors.Conflict(f"{subject}: conflict ({message})")
+        if e.status == 410:
+            return errors.WatchExpired(f"{subject}: {message}")
+        return errors.ClusterError(f"{subject}: the API server answered {e.status}: {message}")
+
+    # -- verbs ------------------------------------------------------------------------------
+
+    def get(self, kind: str, name: str, namespace: str | None = None) -> dict[str, Any] | None:
+        """The object, or None when it does not exist."""
+        try:
+            obj: dict[str, Any] = self._call("GET", ref_of(kind).path(namespace, name), what=f"{kind} {name}")
+        except errors.NotFound:
+            return None
+        return obj
+
+    def list(
+        self,
+        kind: str,
+        namespace: str | None = None,
+        *,
+        labels: str | None = None,
+        fields: str | None = None,
+    ) -> tuple[list[dict[str, Any]], str]:
+        """Items and the list's resourceVersion (to start a watch from)."""
+        query: list[tuple[str, Any]] = []
+        if labels:
+            query.append(("labelSelector", labels))
+        if fields:
+            query.append(("fieldSelector", fields))
+        data = self._call("GET", ref_of(kind).path(namespace), query=query, what=f"list {kind}")
+        kind_of_item = kind
+        items = data.get("items") or []
+        for item in items:  # lists omit kind/apiVersion on items; put them back for uniform handling
+            item.setdefault("kind", kind_of_item)
+            item.setdefault("apiVersion", ref_of(kind).group_version)
+        return items, str(data.get("metadata", {}).get("resourceVersion", ""))
+
+    def watch(
+        self,
+        kind: str,
+        namespace: str | None,
+        resource_version: str,
+        *,
+        labels: str | None = None,
+        fields: str | None = None,
+        timeout_seconds: int = 60,
+    ) -> Iterator[WatchEvent]:
+        """Stream changes after ``resource_version`` until the server closes the watch.
+
+        A 410 (history compacted) raises WatchExpired: the caller re-lists and watches again.
+        """
+        query: list[tuple[str, Any]] = [
+            ("watch", "true"),
+            ("resourceVersion", resource_version),
+            ("allowWatchBookmarks", "true"),
+            ("timeoutSeconds", timeout_seconds),
+        ]
+        if labels:
+            query.append(("labelSelector", labels))
+        if fields:
+            query.append(("fieldSelector", fields))
+        resp = self._call(
+            "GET",
+            ref_of(kind).path(namespace),
+            query=query,
+            stream=True,
+            read_timeout=timeout_seconds + 15,
+            what=f"watch {kind}",
+        )
+        try:
+            buffer = b""
+            for chunk in resp.stream(amt=65536, decode_content=True):
+                buffer += chunk
+                while b"\n" in buffer:
+                    line, buffer = buffer.split(b"\n", 1)
+                    if not line.strip():
+                        continue
+                    event = json.loads(line)
+                    if event.get("type") == "ERROR":
+                        status = event.get("object", {})
+                        if status.get("code") == 410:
+                            raise errors.WatchExpired(f"watch {kind}: {status.get('message', 'expired')}")
+                        raise errors.ClusterError(
+                            f"watch {kind}: {errors.shorten(str(status.get('message')))}"
+                        )
+                    yield WatchEvent(event["type"], event["object"])
+        except (urllib3.exceptions.HTTPError, OSError) as e:
+            raise self._transport_error(e) from e
+        finally:
+            resp.release_conn()
+
+    def apply(self, obj: dict[str, Any], *, dry_run: bool = False, force: bool = True) -> dict[str, Any]:
+        """Server-side apply as field manager ``deployctl``."""
+        kind = obj["kind"]
+        meta = obj["metadata"]
+        query: list[tuple[str, Any]] = [
+            ("fieldManager", FIELD_MANAGER),
+            ("force", "true" if force else "false"),
+        ]
+        if dry_run:
+            query.append(("dryRun", "All"))
+        result: dict[str, Any] = self._call(
+            "PATCH",
+            ref_of(kind).path(meta.get("namespace") if ref_of(kind).namespaced else None, meta["name"]),
+            query=query,
+            body=json.dumps(obj),
+            content_type="application/apply-patch+yaml",
+            what=f"apply {kind} {meta['name']}",
+        )
+        return result
+
+    def create(self, obj: dict[str, Any]) -> dict[str, Any]:
+        """Create; raises Conflict when the name is taken (used for atomic revision numbers)."""
+        kind = obj["kind"]
+        ns = obj["metadata"].get("namespace") if ref_of(kind).namespaced else None
+        result: dict[str, Any] = self._call(
+            "POST",
+            ref_of(kind).path(ns),
+            query=[("fieldManager", FIELD_MANAGER)],
+            body=obj,
+            what=f"create {kind} {obj['metadata'].get('name')}",
+        )
+        return result
+
+    def replace(self, obj: dict[str, Any]) -> dict[str, Any]:
+        """Update guarded by metadata.resourceVersion; raises Conflict when someone else changed it."""
+        kind = obj["kind"]
+        meta = obj["metadata"]
+        ns = meta.get("namespace") if ref_of(kind).namespaced else None
+        result: dict[str, Any] = self._call(
+            "PUT",
+            ref_of(kind).path(ns, meta["name"]),
+            query=[("fieldManager", FIELD_MANAGER)],
+            body=obj,
+            what=f"update {kind} {meta['name']}",
+        )
+        return result
+
+    def delete(
+        self, kind: str, name: str, namespace: str | None = None, *, precondition_rv: str | None = None
+    ) -> bool:
+        """Delete in the foreground; False when it was already gone."""
+        body: dict[str, Any] = {"propagationPolicy": "Background"}
+        if precondition_rv:
+            body["preconditions"] = {"resourceVersion": precondition_rv}
+        try:
+            self._call("DELETE", ref_of(kind).path(namespace, name), body=body, what=f"delete {kind} {name}")
+        except errors.NotFound:
+            return False
+        return True
+
+    def pod_log(self, name: str, namespace: str, *, tail_lines: int = 50, previous: bool = False) -> str:
+        query: list[tuple[str, Any]] = [("tailLines", tail_lines)]
+        if previous:
+            query.append(("previous", "true"))
+        resp = self._call(
+            "GET",
+            ref_of("Pod").path(namespace, name, "log"),
+            query=query,
+            stream=True,
+            what=f"log of pod {name}",
+        )
+        try:
+            return bytes(resp.data).decode("utf-8", "replace")
+        finally:
+            resp.release_conn()
+
+    def whoami(self) -> str:
+        """The authenticated user name, as the API server sees it (SelfSubjectReview)."""
+        review = self._call(
+            "POST",
+            "/apis/authentication.k8s.io/v1/selfsubjectreviews",
+            body={"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"},
+            what="who am I",
+        )
+        return str(review.get("status", {}).get("userInfo", {}).get("username", "unknown"))
+
+    def server_version(self) -> str:
+        data = self._call("GET", "/version", what="server version")
+        return str(data.get("gitVersion", "unknown"))
+
+    @property
+    def api_client(self) -> k8s.ApiClient:
+        """For the port-forwarder, which speaks websockets through the same credentials."""
+        return self._api
+
+
+def connect(kubeconfig: str | None = None, context: str | None = None) -> Kube:
+    """Load a kubeconfig (or the in-cluster service account) into a Kube, without network calls."""
+    path = kubeconfig or os.environ.get("KUBECONFIG") or os.path.expanduser("~/.kube/config")
+    configuration = k8s.Configuration()
+    try:
+        if (
+            kubeconfig is None
+            and not os.path.exists(path.split(os.pathsep)[0])
+            and os.environ.get("KUBERNETES_SERVICE_HOST")
+        ):
+            k8s_config.load_incluster_config(client_configuration=configuration)
+            context_name = "in-cluster"
+        else:
+            first = path.split(os.pathsep)[0]
+            if not os.path.exists(first):
+                raise errors.UsageError(
+                    f"kubeconfig {first} does not exist; pass --kubeconfig or set KUBECONFIG"
+                )
+            if os.path.isdir(first):
+                raise errors.UsageError(f"kubeconfig {first} is a directory; give the kubeconfig file")
+            contexts, active = k8s_config.list_kube_config_contexts(config_file=path)
+            names = [c["name"] for c in contexts]
+            if context and context not in names:
+                raise errors.UsageError(
+                    f"context {context!r} is not in kubeconfig {path}; it has: {', '.join(names) or 'none'}"
+                )
+            context_name = context or (active or {}).get("name", "")
+            k8s_config.load_kube_config(config_file=path, context=context, client_configuration=configuration)
+    except ConfigException as e:
+        raise errors.UsageError(f"cannot use kubeconfig {path}: {errors.shorten(str(e), 200)}") from e
+    except PermissionError as e:
+        raise errors.UsageError(f"cannot read kubeconfig {path}: permission denied") from e
+    except (OSError, ValueError, yaml.YAMLError) as e:  # unreadable or malformed YAML
+        raise errors.UsageError(f"cannot read kubeconfig {path}: {errors.shorten(str(e), 200)}") from e
+    configuration.retries = 0  # we retry where it is safe, with our own deadlines
+    return Kube(k8s.ApiClient(configuration), context_name, configuration.host)

@@ -1,0 +1,108 @@
+"""Port-forward to a pod through the API server, exposed as a local TCP port.
+
+This is the path a CI runner outside the cluster has to a pod: the health gate and the smoke
+benchmark speak plain HTTP to 127.0.0.1:<local port>, and each local connection is carried over
+its own port-forward websocket to the pod.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import select
+import socket
+import threading
+from typing import Any
+
+import websocket
+from kubernetes import client as k8s
+from kubernetes.client.exceptions import ApiException
+from kubernetes.stream import portforward as k8s_portforward
+
+from orchestrator import errors
+from orchestrator.kube.client import Kube
+
+_CHUNK = 65536
+
+
+class PortForwarder:
+    """``with PortForwarder(kube, ns, pod, 8000) as pf: url = f"http://127.0.0.1:{pf.local_port}"``."""
+
+    def __init__(self, kube: Kube, namespace: str, pod: str, port: int) -> None:
+        self._core = k8s.CoreV1Api(kube.api_client)
+        self._kube = kube
+        self.namespace = namespace
+        self.pod = pod
+        self.port = port
+        self._listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self._listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self._listener.bind(("127.0.0.1", 0))
+        self._listener.listen(128)
+        self.local_port: int = self._listener.getsockname()[1]
+        self._closed = threading.Event()
+        self._threads: list[threading.Thread] = []
+
+    def __enter__(self) -> PortForwarder:
+        thread = threading.Thread(target=self._accept_loop, name=f"pf-{self.pod}", daemon=True)
+        thread.start()
+        self._threads.append(thread)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.local_port}"
+
+    def close(self) -> None:
+        self._closed.set()
+        with contextlib.suppress(OSError):
+            self._listener.close()
+
+    def _accept_loop(self) -> None:
+        while not self._closed.is_set():
+            try:
+                conn, _ = self._listener.accept()
+            except OSError:
+                return  # listener closed
+            thread = threading.Thread(target=self._relay, args=(conn,), daemon=True)
+            thread.start()
+
+    def _open_remote(self) -> Any:
+        try:
+            return k8s_portforward(
+                self._core.connect_get_namespaced_pod_portforward,
+                self.pod,
+                self.namespace,
+                ports=str(self.port),
+            )
+        except (ApiException, websocket.WebSocketException, OSError) as e:
+            raise errors.ClusterError(
+                f"port-forward to pod {self.namespace}/{self.pod}:{self.port} failed: {errors.shorten(str(e), 200)}"
+            ) from e
+
+    def _relay(self, local: socket.socket) -> None:
+        """Pump bytes both ways until either side closes. Errors close this connection only."""
+        try:
+            pf = self._open_remote()
+            remote = pf.socket(self.port)
+        except (errors.ClusterError, OSError, ValueError):
+            # The client sees a closed connection, which the health gate reports as unreachable.
+            local.close()
+            return
+        try:
+            sockets = [local, remote]
+            while not self._closed.is_set():
+                readable, _, _ = select.select(sockets, [], [], 1.0)
+                for sock in readable:
+                    data = sock.recv(_CHUNK)
+                    if not data:
+                        return
+                    (remote if sock is local else local).sendall(data)
+        except OSError:
+            return
+        finally:
+            with contextlib.suppress(OSError):
+                local.close()
+            with contextlib.suppress(OSError):
+                remote.close()

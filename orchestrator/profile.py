@@ -1,0 +1,625 @@
+"""The InferenceProfile: its pydantic models and the strict loader that turns a file into one.
+
+Every field carries a description (unit, and why the default is what it is); the profile
+reference in docs/ and the Helm chart's values.schema.json are generated from these models,
+so this file is the single source of truth for what a profile may say.
+"""
+
+from __future__ import annotations
+
+import difflib
+import hashlib
+import json
+import pathlib
+import re
+from typing import Annotated, Any, Literal
+
+import pydantic
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
+
+from orchestrator import catalog, errors, strictyaml
+
+API_VERSION = "deployctl/v1"
+KIND = "InferenceProfile"
+DEFAULT_VLLM_VERSION = "0.33.0"
+NVLINK_LABEL_KEY = "deployctl.dev/nvlink"
+
+_DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+_DIGEST = re.compile(r"@sha256:[0-9a-f]{64}$")
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", populate_by_name=False, validate_default=True, frozen=True)
+
+
+def _dns_label(value: str, what: str) -> str:
+    if len(value) > 63 or not _DNS1123_LABEL.match(value):
+        raise ValueError(
+            f"{value!r} is not a valid {what}: use at most 63 lowercase letters, digits and '-', "
+            "starting and ending with a letter or digit"
+        )
+    return value
+
+
+class Metadata(_Model):
+    name: str = Field(
+        description="Release name: a DNS-1123 label (≤63 chars). Names the Deployment, Service and the release "
+        "records, so it must stay the same across upgrades of one deployment.",
+        examples=["llama3-70b"],
+    )
+    namespace: str = Field(
+        default="default",
+        description="Namespace the release lives in, with its release records and lock.",
+        examples=["inference"],
+    )
+    labels: dict[str, str] = Field(
+        default_factory=dict,
+        description="Extra labels put on every rendered object (e.g. team, cost centre).",
+    )
+
+    @pydantic.field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        return _dns_label(v, "release name")
+
+    @pydantic.field_validator("namespace")
+    @classmethod
+    def _namespace(cls, v: str) -> str:
+        return _dns_label(v, "namespace")
+
+
+class PvcSource(_Model):
+    pvc: str = Field(description="Name of the PersistentVolumeClaim holding the weights (mounted read-only).")
+    path: str = Field(
+        default="/models",
+        description="Absolute path of the weights directory inside the container; the claim is mounted at "
+        "`mountPath` and this path must lie under it.",
+        examples=["/models/llama3-70b"],
+    )
+    mountPath: str = Field(default="/models", description="Where the claim is mounted in the container.")
+
+    @pydantic.model_validator(mode="after")
+    def _path_under_mount(self) -> PvcSource:
+        if not self.path.startswith("/") or not (self.path + "/").startswith(
+            self.mountPath.rstrip("/") + "/"
+        ):
+            raise ValueError(
+                f"path {self.path!r} must be an absolute path under mountPath {self.mountPath!r}"
+            )
+        return self
+
+
+class HostPathSource(_Model):
+    hostPath: str = Field(
+        description="Absolute directory on the node holding the weights (mounted read-only)."
+    )
+    mountPath: str = Field(default="/models", description="Where the directory appears in the container.")
+
+    @pydantic.field_validator("hostPath")
+    @classmethod
+    def _absolute(cls, v: str) -> str:
+        if not v.startswith("/"):
+            raise ValueError(f"hostPath {v!r} must be an absolute path")
+        return v
+
+
+def _source_kind(value: Any) -> str | None:
+    """Pick the weights-source model by its key, so errors speak of one kind, not both."""
+    if isinstance(value, dict):
+        return "hostPath" if "hostPath" in value else "pvc"
+    return "hostPath" if isinstance(value, HostPathSource) else "pvc"
+
+
+class ModelSpec(_Model):
+    name: str = Field(
+        description="The served model name clients send in requests (`--served-model-name`), "
+        "e.g. the Hugging Face id.",
+        examples=["meta-llama/Meta-Llama-3-70B-Instruct"],
+    )
+    architecture: str | None = Field(
+        default=None,
+        description="Catalog key of the model's architecture (layers, heads, sizes) for the VRAM math. "
+        "Give this or `config`.",
+        examples=["llama-3-70b"],
+    )
+    config: str | None = Field(
+        default=None,
+        description="Path to the model's Hugging Face config.json, relative to the profile file, for models "
+        "outside the catalog. Give this or `architecture`.",
+    )
+    weightsDtype: Literal["auto", "bf16", "fp16", "fp8", "int8", "int4"] = Field(
+        default="auto",
+        description="Data type of the checkpoint weights. `auto` reads torch_dtype from the config (bf16 for "
+        "most current models), as vLLM does.",
+    )
+    source: Annotated[
+        Annotated[PvcSource, pydantic.Tag("pvc")] | Annotated[HostPathSource, pydantic.Tag("hostPath")],
+        pydantic.Discriminator(_source_kind),
+    ] = Field(
+        description="Where the weights come from inside the data center: a PVC or a host path. Nothing is "
+        "downloaded from a hub."
+    )
+    revision: str | None = Field(
+        default=None,
+        description="Revision (commit sha or tag) of the weights, recorded in the release history for audit.",
+    )
+    credentialsSecret: str | None = Field(
+        default=None,
+        description="Name of a Secret with key `token` exposed as HF_TOKEN, for gated weights on an internal "
+        "mirror. Only the name is ever stored in release records.",
+    )
+
+    @pydantic.field_validator("architecture")
+    @classmethod
+    def _known_architecture(cls, v: str | None) -> str | None:
+        if v is not None and v not in catalog.architecture_keys():
+            raise ValueError(_unknown(v, "architecture", catalog.architecture_keys()))
+        return v
+
+    @pydantic.model_validator(mode="after")
+    def _one_of_architecture_or_config(self) -> ModelSpec:
+        if (self.architecture is None) == (self.config is None):
+            raise ValueError(
+                "give exactly one of model.architecture (a catalog key: "
+                + ", ".join(catalog.architecture_keys())
+                + ") or model.config (path to a config.json)"
+            )
+        return self
+
+
+class EngineSpec(_Model):
+    image: str = Field(
+        description="vLLM OpenAI-server image from your own registry, pinned by digest "
+        "(`…@sha256:<64 hex>`) so every replica and every rollback runs the same bytes.",
+        examples=["registry.internal/vllm/vllm-openai@sha256:" + "0" * 64],
+    )
+    allowUnpinnedImage: bool = Field(
+        default=False,
+        description="Accept an image by tag instead of digest (development only: a tag can move under you).",
+    )
+    vllmVersion: str = Field(
+        default=DEFAULT_VLLM_VERSION,
+        description="vLLM version inside the image; selects the flag set `extraArgs` is checked against.",
+    )
+    tensorParallelSize: int = Field(
+        default=1,
+        ge=1,
+        le=64,
+        description="GPUs one model copy is split across (vLLM `--tensor-parallel-size`).",
+    )
+    pipelineParallelSize: int = Field(
+        default=1, ge=1, le=64, description="Pipeline stages (vLLM `--pipeline-parallel-size`); 1 = none."
+    )
+    maxModelLen: int = Field(
+        ge=16,
+        le=10_485_760,
+        description="Longest sequence (prompt + output) in tokens (`--max-model-len`); sizes the KV cache a "
+        "single request may need.",
+        examples=[8192],
+    )
+    maxNumSeqs: int = Field(
+        default=256,
+        ge=1,
+        le=65_536,
+        description="Most sequences decoded at once (`--max-num-seqs`); 256 is vLLM's default.",
+    )
+    maxNumBatchedTokens: int | None = Field(
+        default=None,
+        ge=1,
+        description="Tokens per scheduler step (`--max-num-batched-tokens`); bounds the activation peak. "
+        "Unset: vLLM's default for the version.",
+    )
+    kvCacheDtype: Literal["auto", "fp8", "fp8_e4m3", "fp8_e5m2"] = Field(
+        default="auto",
+        description="KV cache data type (`--kv-cache-dtype`); fp8 halves KV memory per token versus 16-bit.",
+    )
+    gpuMemoryUtilization: float = Field(
+        default=0.9,
+        gt=0,
+        le=1,
+        description="Share of each GPU's memory vLLM may use (`--gpu-memory-utilization`); 0.9 is vLLM's default.",
+    )
+    enablePrefixCaching: bool = Field(default=True, description="Reuse KV blocks of shared prompt prefixes.")
+    extraArgs: list[str] = Field(
+        default_factory=list,
+        description="Further vLLM flags, checked against the flag list of `vllmVersion` so a misspelt flag "
+        "fails validation rather than the pod.",
+    )
+    port: int = Field(
+        default=8000, ge=1, le=65535, description="Port the OpenAI-compatible server listens on."
+    )
+    cpu: str = Field(default="8", description="CPU request per pod (tokenization and scheduling run on CPU).")
+    memory: str = Field(default="64Gi", description="Memory request and limit per pod (host RAM, not VRAM).")
+    shmSize: str | None = Field(
+        default=None,
+        description="Size of the /dev/shm memory volume NCCL uses between GPUs. Unset: 16Gi with more than one "
+        "GPU per pod, else 1Gi.",
+    )
+    startupSeconds: int | None = Field(
+        default=None,
+        ge=30,
+        description="How long the pod may take to load the model before it is restarted. Unset: derived from "
+        "the weights' size (minutes for 70B).",
+    )
+    imagePullSecrets: list[str] = Field(
+        default_factory=list,
+        description="Names of Secrets for the internal registry (only names are stored).",
+    )
+
+    @pydantic.model_validator(mode="after")
+    def _pinned_image(self) -> EngineSpec:
+        if not self.allowUnpinnedImage and not _DIGEST.search(self.image):
+            raise ValueError(
+                f"image {self.image!r} is not pinned by digest: write it as …@sha256:<64 hex digits> "
+                "(e.g. from `crane digest` or your registry), or set engine.allowUnpinnedImage: true for development"
+            )
+        return self
+
+
+class HardwareSpec(_Model):
+    gpu: str | None = Field(
+        default=None,
+        description="GPU catalog key; gives memory as CUDA reports it, native fp8, and the node product labels.",
+        examples=["A100-80GB"],
+    )
+    memoryGiB: float | None = Field(
+        default=None, gt=0, le=4096, description="Override: GPU memory in GiB as CUDA reports it (total)."
+    )
+    fp8: bool | None = Field(default=None, description="Override: whether the GPU has native fp8.")
+    gpusPerNode: int = Field(
+        default=8, ge=1, le=64, description="GPUs on one node; TP × PP above this needs a multi-node plan."
+    )
+    interconnect: Literal["nvlink", "pcie"] = Field(
+        default="nvlink", description="GPU-to-GPU link inside a node; TP > 2 over PCIe is slow."
+    )
+
+    @pydantic.field_validator("gpu")
+    @classmethod
+    def _known_gpu(cls, v: str | None) -> str | None:
+        if v is not None and v not in catalog.gpu_keys():
+            raise ValueError(_unknown(v, "GPU", catalog.gpu_keys()))
+        return v
+
+    @pydantic.model_validator(mode="after")
+    def _gpu_or_memory(self) -> HardwareSpec:
+        if self.gpu is None and self.memoryGiB is None:
+            raise ValueError(
+                "give hardware.gpu (one of " + ", ".join(catalog.gpu_keys()) + ") or hardware.memoryGiB"
+            )
+        return self
+
+
+class Toleration(_Model):
+    key: str | None = Field(default=None, description="Taint key; unset with Exists matches every taint.")
+    operator: Literal["Exists", "Equal"] = Field(default="Exists", description="How the value is compared.")
+    value: str | None = Field(default=None, description="Taint value, with operator Equal.")
+    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = Field(
+        default=None, description="Taint effect; unset matches all."
+    )
+
+
+class NodeLabel(_Model):
+    key: str = Field(default=NVLINK_LABEL_KEY, description="Node label key.")
+    value: str = Field(default="true", description="Node label value.")
+
+
+def _default_tolerations() -> list[Toleration]:
+    return [Toleration(key="nvidia.com/gpu", operator="Exists", effect="NoSchedule")]
+
+
+class PlacementSpec(_Model):
+    nodeSelector: dict[str, str] = Field(
+        default_factory=dict, description="Extra node labels a pod requires."
+    )
+    nvlinkLabel: NodeLabel = Field(
+        default_factory=NodeLabel, description="The node label that marks NVLink-connected GPUs."
+    )
+    requireNvlink: bool | None = Field(
+        default=None,
+        description="Require nodes with the NVLink label. Unset: required when tensorParallelSize > 2, where "
+        "PCIe all-reduce costs most of the throughput.",
+    )
+    matchGpuProduct: bool = Field(
+        default=True,
+        description="Require nodes whose `nvidia.com/gpu.product` label matches hardware.gpu, so the VRAM "
+        "math holds on the node the pod lands on.",
+    )
+    tolerations: list[Toleration] = Field(
+        default_factory=_default_tolerations,
+        description="Tolerations; the default tolerates the usual `nvidia.com/gpu` taint on GPU nodes.",
+    )
+    podLabels: dict[str, str] = Field(default_factory=dict, description="Extra labels on the pods.")
+    podAnnotations: dict[str, str] = Field(default_factory=dict, description="Extra annotations on the pods.")
+    priorityClassName: str | None = Field(default=None, description="PriorityClass of the pods.")
+    runtimeClassName: str | None = Field(
+        default=None,
+        description="RuntimeClass of the pods (e.g. `nvidia` where the GPU operator sets one up).",
+    )
+
+
+class RolloutSpec(_Model):
+    replicas: int = Field(default=1, ge=1, le=1000, description="Model copies; each holds TP × PP GPUs.")
+    strategy: Literal["auto", "surge", "no-surge", "recreate"] = Field(
+        default="auto",
+        description="`auto` surges when a spare node has free GPUs, else replaces one pod at a time "
+        "(maxSurge 0, maxUnavailable 1), because surge without free GPUs hangs forever.",
+    )
+    allowDowntime: bool = Field(
+        default=False,
+        description="Allow a rollout that leaves no replica serving (one replica, no spare GPUs). Off: such a "
+        "rollout is refused with an explanation.",
+    )
+    progressDeadlineSeconds: int = Field(
+        default=1800, ge=60, description="Deployment progress deadline; 70B models take minutes to load."
+    )
+    revisionHistory: int = Field(
+        default=10, ge=1, le=100, description="Release records kept per release (older ones are pruned)."
+    )
+
+
+_SLO_OPERATORS = ("<=", ">=", "==", "<", ">")
+
+
+class SmokeSpec(_Model):
+    enabled: bool = Field(default=True, description="Run the smoke benchmark after /health passes.")
+    concurrency: int = Field(default=16, ge=1, le=4096, description="Streams kept in flight.")
+    requests: int = Field(default=64, ge=1, le=100_000, description="Measured requests.")
+    warmup: int = Field(default=4, ge=0, le=10_000, description="Unmeasured warm-up requests sent first.")
+    inputTokens: int = Field(
+        default=512, ge=1, le=1_000_000, description="Approximate prompt length in tokens."
+    )
+    outputTokens: int = Field(default=128, ge=2, le=1_000_000, description="Tokens generated per request.")
+    timeoutSeconds: int = Field(default=600, ge=1, description="Upper bound for the whole smoke run.")
+    minSamples: int = Field(
+        default=16, ge=1, description="Fewer completed requests than this makes the verdict Inconclusive."
+    )
+    slo: dict[str, str] = Field(
+        default_factory=dict,
+        description='SLOs, vLLM SLA syntax: metric → condition, e.g. `p95_ttft_ms: "<=1500"`, '
+        '`output_throughput: ">=1800"`, `error_rate: "<=0.01"`.',
+    )
+
+    @pydantic.field_validator("slo")
+    @classmethod
+    def _slo_syntax(cls, v: dict[str, str]) -> dict[str, str]:
+        for metric, condition in v.items():
+            text = str(condition).strip()
+            op = next((o for o in _SLO_OPERATORS if text.startswith(o)), None)
+            try:
+                float(text[len(op) :]) if op else float("x")
+            except ValueError:
+                raise ValueError(
+                    f"slo {metric}: {condition!r} is not a condition; write an operator "
+                    f'({", ".join(_SLO_OPERATORS)}) and a number, e.g. "<=1500"'
+                ) from None
+        return v
+
+
+class HealthSpec(_Model):
+    timeoutSeconds: int = Field(
+        default=1800,
+        ge=1,
+        description="How long every new pod may take to answer /health 200 and list the model.",
+    )
+
+
+class GateSpec(_Model):
+    endpoint: str | None = Field(
+        default=None,
+        description="URL users call (load balancer or ingress). Unset: pods are reached by port-forward "
+        "through the API server.",
+        examples=["http://infer.internal:8000"],
+    )
+    health: HealthSpec = Field(default_factory=HealthSpec, description="The /health gate.")
+    smoke: SmokeSpec = Field(default_factory=SmokeSpec, description="The post-deploy smoke benchmark.")
+    maxRegression: float | None = Field(
+        default=None,
+        gt=0,
+        le=1000,
+        description="Fail when a gated metric is worse than the last good release by more than this percent.",
+    )
+
+    @pydantic.field_validator("endpoint")
+    @classmethod
+    def _url(cls, v: str | None) -> str | None:
+        if v is not None and not re.match(r"^https?://[^\s/]+", v):
+            raise ValueError(f"endpoint {v!r} must be an http:// or https:// URL")
+        return v
+
+
+class AirgapSpec(_Model):
+    offline: bool = Field(
+        default=True,
+        description="Set HF_HUB_OFFLINE, TRANSFORMERS_OFFLINE, VLLM_NO_USAGE_STATS and DO_NOT_TRACK in the pods.",
+    )
+    denyEgress: bool = Field(
+        default=True,
+        description="Render a NetworkPolicy that denies pod egress except DNS and allowEgressCIDRs.",
+    )
+    allowEgressCIDRs: list[str] = Field(
+        default_factory=list, description="CIDRs the pods may still reach (e.g. an internal metrics sink)."
+    )
+
+    @pydantic.field_validator("allowEgressCIDRs")
+    @classmethod
+    def _cidrs(cls, v: list[str]) -> list[str]:
+        import ipaddress
+
+        for cidr in v:
+            try:
+                ipaddress.ip_network(cidr, strict=False)
+            except ValueError:
+                raise ValueError(f"{cidr!r} is not a CIDR such as 10.0.0.0/8") from None
+        return v
+
+
+class Profile(_Model):
+    apiVersion: Literal["deployctl/v1"] = Field(description="Schema version of the profile.")
+    kind: Literal["InferenceProfile"] = Field(description="Always InferenceProfile.")
+    metadata: Metadata = Field(description="Release name, namespace and labels.")
+    model: ModelSpec = Field(description="What is served and where its weights live.")
+    engine: EngineSpec = Field(description="The vLLM engine: image and serving parameters.")
+    hardware: HardwareSpec = Field(description="The GPUs the model runs on.")
+    placement: PlacementSpec = Field(default_factory=PlacementSpec, description="Where pods may land.")
+    rollout: RolloutSpec = Field(
+        default_factory=RolloutSpec, description="How a new revision replaces the old."
+    )
+    gate: GateSpec = Field(default_factory=GateSpec, description="What a revision must pass to be kept.")
+    airgap: AirgapSpec = Field(default_factory=AirgapSpec, description="Offline and egress settings.")
+
+    _base_dir: pathlib.Path = PrivateAttr(default_factory=pathlib.Path.cwd)
+    _lines: dict[tuple[str | int, ...], int] = PrivateAttr(default_factory=dict)
+    _source: str = PrivateAttr(default="<profile>")
+
+    @property
+    def base_dir(self) -> pathlib.Path:
+        """Directory the profile was read from; relative paths (model.config) resolve against it."""
+        return self._base_dir
+
+    @property
+    def source(self) -> str:
+        """The file the profile was read from, for messages."""
+        return self._source
+
+    def line_of(self, field: str) -> int | None:
+        """1-based YAML line of a dotted field path (or of its nearest written parent)."""
+        path: tuple[str | int, ...] = tuple(int(p) if p.isdigit() else p for p in field.split(".") if p)
+        for cut in range(len(path), 0, -1):
+            line = self._lines.get(path[:cut])
+            if line is not None:
+                return line
+        return None
+
+    @property
+    def gpus_per_pod(self) -> int:
+        return self.engine.tensorParallelSize * self.engine.pipelineParallelSize
+
+    @property
+    def nvlink_required(self) -> bool:
+        if self.placement.requireNvlink is not None:
+            return self.placement.requireNvlink
+        return self.engine.tensorParallelSize > 2
+
+    def spec_hash(self) -> str:
+        """SHA-256 of the canonical profile content; stamped on rendered objects to tie them to a profile."""
+        canonical = json.dumps(self.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+def _unknown(value: str, what: str, known: list[str]) -> str:
+    close = difflib.get_close_matches(value, known, n=1)
+    hint = f"did you mean {close[0]!r}? " if close else ""
+    return f"unknown {what} {value!r}; {hint}known: {', '.join(known)}"
+
+
+# --- loading ---------------------------------------------------------------------------------
+
+Loc = tuple[str | int, ...]
+
+
+def load(path: str | pathlib.Path) -> Profile:
+    """Read and validate a profile file; raise InvalidProfile with field, line and fix."""
+    p = pathlib.Path(path)
+    try:
+        if p.is_dir():
+            raise errors.UsageError(f"{p} is a directory; give the path of a profile YAML file")
+        raw = p.read_bytes()
+    except FileNotFoundError as e:
+        raise errors.UsageError(f"profile {p} does not exist; check the path") from e
+    except OSError as e:
+        raise errors.UsageError(f"cannot read profile {p}: {e.strerror}") from e
+    return loads(raw, source=str(p), base_dir=p.resolve().parent)
+
+
+def loads(raw: bytes | str, source: str = "<profile>", base_dir: pathlib.Path | None = None) -> Profile:
+    """Validate profile text; ``source`` names it in messages."""
+    data = raw.encode() if isinstance(raw, str) else raw
+    try:
+        doc = strictyaml.parse(data)
+    except strictyaml.YamlProblem as e:
+        where = f" (line {e.line})" if e.line else ""
+        raise errors.InvalidProfile(f"{source}{where}: {e.message}") from e
+    try:
+        profile = Profile.model_validate(doc.data)
+    except pydantic.ValidationError as e:
+        raise errors.InvalidProfile(_describe(e, doc, source)) from e
+    profile._base_dir = base_dir or pathlib.Path.cwd()
+    profile._lines = dict(doc.lines)
+    profile._source = source
+    return profile
+
+
+def _describe(exc: pydantic.ValidationError, doc: strictyaml.Document, source: str) -> str:
+    lines = [f"{source}: {exc.error_count()} problem(s) in the profile:"]
+    for err in exc.errors(include_url=False):
+        loc = _clean_loc(err["loc"])
+        line = doc.line_of(loc)
+        field = ".".join(str(p) for p in loc) or "(top level)"
+        where = f" (line {line})" if line else ""
+        lines.append(f"  {field}{where}: {_message(err, loc, doc)}")
+    return "\n".join(lines)
+
+
+def _clean_loc(loc: tuple[Any, ...]) -> Loc:
+    # pydantic puts the tag of the weights-source kind it chose after "model.source"; it is no YAML key.
+    if loc[:2] == ("model", "source") and len(loc) > 2 and loc[2] in ("pvc", "hostPath"):
+        return (*loc[:2], *loc[3:])
+    return tuple(loc)
+
+
+def _message(err: Any, loc: Loc, doc: strictyaml.Document) -> str:
+    kind = err["type"]
+    if kind == "extra_forbidden":
+        parent = _model_at(loc[:-1])
+        known = sorted(parent.model_fields) if parent else []
+        close = difflib.get_close_matches(str(loc[-1]), known, n=1)
+        hint = f"did you mean {close[0]!r}? " if close else ""
+        return f"unknown key; {hint}allowed here: {', '.join(known)}" if known else "unknown key"
+    if kind == "missing":
+        return "required field is missing; add it (see profiles/ for examples)"
+    msg = str(err["msg"])
+    msg = msg.removeprefix("Value error, ")
+    if kind in (
+        "int_type",
+        "int_parsing",
+        "float_type",
+        "float_parsing",
+        "bool_type",
+        "bool_parsing",
+        "string_type",
+        "dict_type",
+        "list_type",
+        "literal_error",
+    ) or kind.startswith(("greater", "less")):
+        msg = f"{msg} (got {_short(err.get('input'))})"
+    return msg
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "…"
+
+
+def _model_at(loc: Loc) -> type[BaseModel] | None:
+    model: type[BaseModel] = Profile
+    for part in loc:
+        if isinstance(part, int):
+            continue
+        field = model.model_fields.get(str(part))
+        if field is None:
+            return None
+        sub = _model_in(field.annotation)
+        if sub is None:
+            return None
+        model = sub
+    return model
+
+
+def _model_in(annotation: Any) -> type[BaseModel] | None:
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    for arg in getattr(annotation, "__args__", ()):
+        found = _model_in(arg)
+        if found is not None:
+            return found
+    return None

@@ -1,0 +1,455 @@
+"""Watch a Deployment roll out and explain a failure within seconds of the first evidence.
+
+Deployment, ReplicaSets, Pods and Events are watched (not polled) by one thread each, feeding a
+queue; the main loop re-evaluates on every change and once a second for time-based rules. A
+failed rollout is classified (unschedulable, image pull, crash loop with the log classified,
+pods rejected by admission, controller stalled, progress deadline) and explained with the fix,
+instead of waiting out a 10-minute progress deadline.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import queue
+import re
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from orchestrator import errors
+from orchestrator.kube import Kube
+
+RELEASE_LABEL = "deployctl.dev/release"
+
+# Evidence must persist this long before we call a rollout failed: the scheduler legitimately
+# reports "Insufficient nvidia.com/gpu" for a moment while an old pod is still terminating.
+UNSCHEDULABLE_GRACE_SECONDS = 4.0
+CONTROLLER_STALL_SECONDS = 30.0
+
+_IMAGE_PULL_REASONS = {"ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull"}
+
+LOG_CLASSES: list[tuple[str, re.Pattern[str], str]] = [
+    (
+        "kv_cache",
+        re.compile(
+            r"No available memory for the cache blocks|larger than the maximum number of tokens that can be "
+            r"stored in KV cache|KV cache is needed, which is larger than the available KV cache memory",
+            re.I,
+        ),
+        "vLLM could not fit the KV cache for max-model-len: lower engine.maxModelLen, use kvCacheDtype fp8, "
+        "raise gpuMemoryUtilization or tensorParallelSize (run `deployctl plan` for the numbers)",
+    ),
+    (
+        "oom",
+        re.compile(r"CUDA out of memory|OutOfMemoryError|CUDA error: out of memory", re.I),
+        "the GPU ran out of memory: lower engine.gpuMemoryUtilization if other processes share the GPU, "
+        "lower maxNumSeqs or maxNumBatchedTokens, or raise tensorParallelSize (check `deployctl plan`)",
+    ),
+    (
+        "shm",
+        re.compile(r"Bus error|NCCL.*(shm|shared memory)|/dev/shm|unhandled system error", re.I),
+        "NCCL failed on shared memory: /dev/shm is too small; raise engine.shmSize (tensor parallelism "
+        "moves activations through /dev/shm)",
+    ),
+]
+
+
+@dataclasses.dataclass
+class Failure:
+    cls: str  # unschedulable, image_pull, crash_loop/oom/kv_cache/shm, replica_failure, ...
+    message: str
+
+    def to_json(self) -> dict[str, str]:
+        return {"class": self.cls, "message": self.message}
+
+
+@dataclasses.dataclass
+class RolloutResult:
+    ok: bool
+    failure: Failure | None
+    new_pods: list[str]
+    elapsed: float
+    revision: str = ""  # the Deployment's revision annotation (ReplicaSet generation)
+
+
+@dataclasses.dataclass
+class _State:
+    deployment: dict[str, Any] | None = None
+    replicasets: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)
+    pods: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)
+    events: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)
+    disconnected_since: float | None = None
+    last_error: str = ""
+
+
+def classify_log(text: str) -> tuple[str, str] | None:
+    """The failure class and the fix for a crash log, or None when nothing known matches."""
+    for cls, pattern, fix in LOG_CLASSES:
+        if pattern.search(text):
+            return cls, fix
+    return None
+
+
+class _Watcher(threading.Thread):
+    """List, then watch one kind; re-list on 410 and on reconnect, with a bounded backoff."""
+
+    def __init__(
+        self,
+        kube: Kube,
+        kind: str,
+        namespace: str,
+        out: queue.Queue[tuple[str, str, dict[str, Any]]],
+        stop: threading.Event,
+        *,
+        labels: str | None = None,
+        fields: str | None = None,
+    ) -> None:
+        super().__init__(name=f"watch-{kind}", daemon=True)
+        self.kube, self.kind, self.namespace, self.out, self.stop = kube, kind, namespace, out, stop
+        self.labels, self.fields = labels, fields
+
+    def run(self) -> None:
+        backoff = 0.5
+        while not self.stop.is_set():
+            try:
+                items, rv = self.kube.list(self.kind, self.namespace, labels=self.labels, fields=self.fields)
+                self.out.put((self.kind, "SYNC", {"items": items}))
+                backoff = 0.5
+                while not self.stop.is_set():
+                    for event in self.kube.watch(
+                        self.kind,
+                        self.namespace,
+                        rv,
+                        labels=self.labels,
+                        fields=self.fields,
+                        timeout_seconds=30,
+                    ):
+                        if self.stop.is_set():
+                            return
+                        rv = event.object.get("metadata", {}).get("resourceVersion", rv)
+                        if event.type != "BOOKMARK":
+                            self.out.put((self.kind, event.type, event.object))
+            except errors.WatchExpired:
+                continue  # history compacted: re-list from now
+            except errors.ClusterError as e:
+                self.out.put((self.kind, "DISCONNECTED", {"message": e.message}))
+                self.stop.wait(backoff)
+                backoff = min(backoff * 2, 5.0)
+
+
+def watch_rollout(
+    kube: Kube,
+    namespace: str,
+    name: str,
+    *,
+    timeout: float,
+    progress: Callable[[str], None] = lambda _msg: None,
+    unreachable_limit: float = 60.0,
+) -> RolloutResult:
+    """Wait until Deployment ``name`` is rolled out, or explain why it cannot be."""
+    start = time.monotonic()
+    events: queue.Queue[tuple[str, str, dict[str, Any]]] = queue.Queue()
+    stop = threading.Event()
+    selector = f"{RELEASE_LABEL}={name}"
+    watchers = [
+        _Watcher(kube, "Deployment", namespace, events, stop, fields=f"metadata.name={name}"),
+        _Watcher(kube, "ReplicaSet", namespace, events, stop, labels=selector),
+        _Watcher(kube, "Pod", namespace, events, stop, labels=selector),
+        _Watcher(kube, "Event", namespace, events, stop),
+    ]
+    for w in watchers:
+        w.start()
+    state = _State()
+    judge = _Judge(kube, namespace, name, start)
+    last_progress = ""
+    try:
+        while True:
+            elapsed = time.monotonic() - start
+            if elapsed > timeout:
+                return judge.result(
+                    state,
+                    Failure(
+                        "timeout",
+                        f"the rollout of {name} did not finish within {int(timeout)}s: "
+                        + (judge.describe_waiting(state) or "no progress was reported"),
+                    ),
+                )
+            try:
+                kind, etype, obj = events.get(timeout=1.0)
+                _update(state, kind, etype, obj)
+                while not events.empty():  # apply everything pending before judging
+                    kind, etype, obj = events.get_nowait()
+                    _update(state, kind, etype, obj)
+            except queue.Empty:
+                pass
+            if (
+                state.disconnected_since is not None
+                and time.monotonic() - state.disconnected_since > unreachable_limit
+            ):
+                return judge.result(
+                    state,
+                    Failure(
+                        "api_unreachable",
+                        f"lost the Kubernetes API for {int(unreachable_limit)}s while watching the rollout: "
+                        f"{state.last_error}. The rollout may still finish; check `deployctl status {name}`",
+                    ),
+                )
+            verdict = judge.evaluate(state)
+            if verdict is not None:
+                return verdict
+            message = judge.describe_waiting(state)
+            if message and message != last_progress:
+                progress(message)
+                last_progress = message
+    finally:
+        stop.set()
+
+
+def _update(state: _State, kind: str, etype: str, obj: dict[str, Any]) -> None:
+    if etype == "DISCONNECTED":
+        if state.disconnected_since is None:
+            state.disconnected_since = time.monotonic()
+        state.last_error = obj["message"]
+        return
+    state.disconnected_since = None
+    store: dict[str, dict[str, Any]]
+    if kind == "Deployment":
+        if etype == "SYNC":
+            state.deployment = obj["items"][0] if obj["items"] else None
+        else:
+            state.deployment = None if etype == "DELETED" else obj
+        return
+    store = {"ReplicaSet": state.replicasets, "Pod": state.pods, "Event": state.events}[kind]
+    if etype == "SYNC":
+        store.clear()
+        for item in obj["items"]:
+            store[item["metadata"]["name"]] = item
+    elif etype == "DELETED":
+        store.pop(obj["metadata"]["name"], None)
+    else:
+        store[obj["metadata"]["name"]] = obj
+
+
+class _Judge:
+    """Turns the watched state into progress messages and, when it is clear, a verdict."""
+
+    def __init__(self, kube: Kube, namespace: str, name: str, start: float) -> None:
+        self.kube, self.namespace, self.name, self.start = kube, namespace, name, start
+        self.first_seen: dict[str, float] = {}  # evidence key -> first time seen
+
+    def _persisted(self, key: str, seconds: float) -> bool:
+        now = time.monotonic()
+        first = self.first_seen.setdefault(key, now)
+        return now - first >= seconds
+
+    def new_pods(self, state: _State) -> list[dict[str, Any]]:
+        rs = self.new_replicaset(state)
+        if rs is None:
+            return []
+        pod_hash = rs["metadata"].get("labels", {}).get("pod-template-hash")
+        return sorted(
+            (
+                p
+                for p in state.pods.values()
+                if p["metadata"].get("labels", {}).get("pod-template-hash") == pod_hash
+                and not p["metadata"].get("deletionTimestamp")
+            ),
+            key=lambda p: p["metadata"]["name"],
+        )
+
+    def new_replicaset(self, state: _State) -> dict[str, Any] | None:
+        dep = state.deployment
+        if dep is None:
+            return None
+        revision = dep["metadata"].get("annotations", {}).get("deployment.kubernetes.io/revision")
+        uid = dep["metadata"].get("uid")
+        for rs in state.replicasets.values():
+            owners = rs["metadata"].get("ownerReferences") or []
+            if any(o.get("uid") == uid for o in owners) and (
+                rs["metadata"].get("annotations", {}).get("deployment.kubernetes.io/revision") == revision
+            ):
+                return rs
+        return None
+
+    def result(self, state: _State, failure: Failure | None) -> RolloutResult:
+        dep = state.deployment or {"metadata": {}}
+        return RolloutResult(
+            ok=failure is None,
+            failure=failure,
+            new_pods=[p["metadata"]["name"] for p in self.new_pods(state)],
+            elapsed=time.monotonic() - self.start,
+            revision=dep["metadata"].get("annotations", {}).get("deployment.kubernetes.io/revision", ""),
+        )
+
+    def evaluate(self, state: _State) -> RolloutResult | None:
+        dep = state.deployment
+        if dep is None:
+            return None
+        generation = dep["metadata"].get("generation", 0)
+        status = dep.get("status") or {}
+        if status.get("observedGeneration", 0) < generation:
+            if self._persisted(f"stall:{generation}", CONTROLLER_STALL_SECONDS):
+                return self.result(
+                    state,
+                    Failure(
+                        "controller_stalled",
+                        f"Deployment {self.name} generation {generation} has not been picked up by the "
+                        f"Kubernetes controller-manager for {int(CONTROLLER_STALL_SECONDS)}s (observed "
+                        f"{status.get('observedGeneration', 0)}); is kube-controller-manager running? "
+                        "Ask the cluster administrators; nothing deployctl can fix",
+                    ),
+                )
+            return None
+        for cond in status.get("conditions") or []:
+            if cond.get("type") == "Progressing" and cond.get("reason") == "ProgressDeadlineExceeded":
+                return self.result(
+                    state,
+                    Failure(
+                        "progress_deadline",
+                        f"Deployment {self.name} exceeded its progress deadline: {cond.get('message', '')}. "
+                        + (self.describe_waiting(state) or ""),
+                    ),
+                )
+            if cond.get("type") == "ReplicaFailure" and cond.get("status") == "True":
+                return self.result(
+                    state,
+                    Failure(
+                        "replica_failure",
+                        f"the cluster refused to create pods for {self.name}: "
+                        f"{errors.shorten(cond.get('message', ''), 300)}. Fix the policy or the profile "
+                        "(Pod Security, quota, admission webhooks)",
+                    ),
+                )
+        rs = self.new_replicaset(state)
+        if rs is not None:
+            for cond in (rs.get("status") or {}).get("conditions") or []:
+                if cond.get("type") == "ReplicaFailure" and cond.get("status") == "True":
+                    return self.result(
+                        state,
+                        Failure(
+                            "replica_failure",
+                            f"the cluster refused to create pods for {self.name}: "
+                            f"{errors.shorten(cond.get('message', ''), 300)}. Fix the policy or the profile "
+                            "(Pod Security, quota, admission webhooks)",
+                        ),
+                    )
+        for pod in self.new_pods(state):
+            failure = self._pod_failure(state, pod)
+            if failure is not None:
+                return self.result(state, failure)
+        replicas = dep.get("spec", {}).get("replicas", 1)
+        done = (
+            status.get("updatedReplicas", 0) == replicas
+            and status.get("readyReplicas", 0) == replicas
+            and status.get("availableReplicas", 0) == replicas
+            and status.get("replicas", 0) == replicas
+        )
+        return self.result(state, None) if done else None
+
+    def _pod_failure(self, state: _State, pod: dict[str, Any]) -> Failure | None:
+        name = pod["metadata"]["name"]
+        status = pod.get("status") or {}
+        for cond in status.get("conditions") or []:
+            if (
+                cond.get("type") == "PodScheduled"
+                and cond.get("status") == "False"
+                and cond.get("reason") == "Unschedulable"
+            ):
+                if self._persisted(
+                    f"unsched:{name}", UNSCHEDULABLE_GRACE_SECONDS
+                ) and not self._old_pods_terminating(state):
+                    return Failure("unschedulable", _explain_unschedulable(name, cond.get("message", "")))
+        statuses = (status.get("initContainerStatuses") or []) + (status.get("containerStatuses") or [])
+        for cs in statuses:
+            waiting = (cs.get("state") or {}).get("waiting") or {}
+            reason = waiting.get("reason", "")
+            if reason in _IMAGE_PULL_REASONS:
+                return Failure(
+                    "image_pull",
+                    f"pod {name} cannot pull image {cs.get('image', '')}: {reason} "
+                    f"({errors.shorten(waiting.get('message', ''), 200)}). In an air-gapped cluster the image "
+                    "must be mirrored into your internal registry and referenced by digest; check the name, "
+                    "digest and imagePullSecrets",
+                )
+            terminated = (cs.get("lastState") or {}).get("terminated") or (cs.get("state") or {}).get(
+                "terminated"
+            )
+            if reason == "CrashLoopBackOff" or (terminated and cs.get("restartCount", 0) >= 1):
+                return self._crash_failure(name, cs, terminated or {})
+        return None
+
+    def _old_pods_terminating(self, state: _State) -> bool:
+        return any(p["metadata"].get("deletionTimestamp") for p in state.pods.values())
+
+    def _crash_failure(self, pod: str, cs: dict[str, Any], terminated: dict[str, Any]) -> Failure:
+        log = ""
+        try:
+            log = self.kube.pod_log(pod, self.namespace, tail_lines=40)
+        except errors.ClusterError as e:
+            log = f"(could not read the log: {e.message})"
+        tail = "\n".join(log.strip().splitlines()[-8:])
+        exit_code = terminated.get("exitCode", "?")
+        known = classify_log(log)
+        restarts = cs.get("restartCount", 0)
+        if known:
+            cls, fix = known
+            return Failure(
+                cls,
+                f"pod {pod} is crash-looping (exit {exit_code}, {restarts} restarts): {fix}.\n"
+                f"Last log lines:\n{tail}",
+            )
+        return Failure(
+            "crash_loop",
+            f"pod {pod} is crash-looping (exit {exit_code}, {restarts} restarts). "
+            f"Last log lines:\n{tail or '(empty log)'}",
+        )
+
+    def describe_waiting(self, state: _State) -> str:
+        dep = state.deployment
+        if dep is None:
+            return "waiting for the Deployment to appear"
+        pods = self.new_pods(state)
+        replicas = dep.get("spec", {}).get("replicas", 1)
+        if not pods:
+            return f"waiting for the controller to create pods ({replicas} wanted)"
+        parts = []
+        for pod in pods:
+            parts.append(f"{pod['metadata']['name']}: {_pod_phase(pod)}")
+        old = len([p for p in state.pods.values() if p not in pods])
+        suffix = f"; {old} old pod(s) still present" if old else ""
+        return "; ".join(parts) + suffix
+
+
+def _pod_phase(pod: dict[str, Any]) -> str:
+    status = pod.get("status") or {}
+    node = (pod.get("spec") or {}).get("nodeName")
+    if not node:
+        return "scheduling"
+    ready = any(
+        c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or []
+    )
+    if ready:
+        return f"ready on {node}"
+    for cs in status.get("containerStatuses") or []:
+        waiting = (cs.get("state") or {}).get("waiting") or {}
+        if waiting.get("reason") in ("ContainerCreating", "PodInitializing"):
+            return f"pulling image / starting on {node}"
+    if status.get("phase") == "Running":
+        return f"loading the model on {node}"
+    return f"starting on {node}"
+
+
+def _explain_unschedulable(pod: str, message: str) -> str:
+    hints = []
+    if "nvidia.com/gpu" in message:
+        hints.append("not enough free nvidia.com/gpu on any eligible node (other workloads hold them)")
+    if "node affinity" in message or "selector" in message:
+        hints.append("no node matches the GPU product / NVLink / nodeSelector labels")
+    if "taint" in message:
+        hints.append("a node taint is not tolerated (placement.tolerations)")
+    why = "; ".join(hints) or "see the scheduler's message"
+    return (
+        f"pod {pod} cannot be scheduled: {why}. Scheduler: {errors.shorten(message, 300)}. "
+        "Free GPUs (`deployctl inventory` shows the pools), or change placement/tensorParallelSize"
+    )

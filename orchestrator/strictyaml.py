@@ -1,0 +1,131 @@
+"""Strict YAML reading for profiles: one plain mapping, no tricks, and the line of every key.
+
+Profiles are small, hand-written documents, so anything unusual is more likely a mistake or an
+attack than a feature: aliases (the "billion laughs" bomb), duplicate keys (the last silently
+wins in PyYAML), several documents, binary data, huge files and deep nesting are all refused.
+Every value's source line is kept so validation errors can point at the line to fix.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any
+
+import yaml
+
+MAX_BYTES = 1024 * 1024  # a real profile is a few KiB; more is a mistake or an attack
+MAX_DEPTH = 32
+
+Path = tuple[str | int, ...]
+
+
+class YamlProblem(ValueError):
+    """The text is not an acceptable profile document; ``line`` is 1-based when known."""
+
+    def __init__(self, message: str, line: int | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.line = line
+
+
+@dataclasses.dataclass(frozen=True)
+class Document:
+    data: dict[str, Any]
+    lines: dict[Path, int]  # path of a key or list item -> 1-based line
+
+    def line_of(self, path: Path) -> int | None:
+        """The line of ``path`` or, when it is absent (a missing field), of its nearest parent."""
+        for cut in range(len(path), -1, -1):
+            line = self.lines.get(tuple(path[:cut]))
+            if line is not None:
+                return line
+        return None
+
+
+class _NoAliasLoader(yaml.SafeLoader):
+    """SafeLoader that refuses anchors/aliases at compose time, before any expansion happens."""
+
+    def compose_node(self, parent: yaml.Node | None, index: Any) -> yaml.Node | None:
+        if self.check_event(yaml.AliasEvent):
+            event = self.peek_event()
+            raise YamlProblem(
+                "YAML aliases (*name) are not allowed in a profile; write the value out in full",
+                event.start_mark.line + 1,
+            )
+        node = super().compose_node(parent, index)
+        if node is not None and getattr(node, "anchor", None):
+            raise YamlProblem("YAML anchors (&name) are not allowed in a profile", node.start_mark.line + 1)
+        return node
+
+
+def parse(raw: bytes) -> Document:
+    """Parse profile bytes into plain data plus a line map, or raise YamlProblem."""
+    if len(raw) > MAX_BYTES:
+        raise YamlProblem(f"the file is {len(raw):,} bytes; a profile must be under {MAX_BYTES:,} bytes")
+    if b"\x00" in raw:
+        raise YamlProblem("the file contains NUL bytes: it is binary, not a YAML profile")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise YamlProblem(f"the file is not UTF-8 text (byte {e.start}); save it as UTF-8") from e
+    if not text.strip():
+        raise YamlProblem("the file is empty; start from one of the examples in profiles/")
+    loader = _NoAliasLoader(text)
+    try:
+        if not loader.check_node():
+            raise YamlProblem("the file holds no YAML document")
+        root = loader.get_node()
+        if loader.check_node():
+            raise YamlProblem("the file holds several YAML documents (---); a profile is one document")
+    except yaml.MarkedYAMLError as e:
+        line = e.problem_mark.line + 1 if e.problem_mark else None
+        raise YamlProblem(f"YAML syntax error: {e.problem or e}", line) from e
+    except yaml.YAMLError as e:
+        raise YamlProblem(f"YAML error: {e}") from e
+    except RecursionError as e:
+        raise YamlProblem("the document is nested too deeply to be a profile") from e
+    finally:
+        loader.dispose()
+    if not isinstance(root, yaml.MappingNode):
+        kind = "a list" if isinstance(root, yaml.SequenceNode) else "a single value"
+        raise YamlProblem(f"the document is {kind}; a profile is a mapping with apiVersion, kind, …", 1)
+    lines: dict[Path, int] = {(): root.start_mark.line + 1}
+    data = _convert(root, (), lines, loader)
+    assert isinstance(data, dict)
+    return Document(data=data, lines=lines)
+
+
+def _convert(node: yaml.Node, path: Path, lines: dict[Path, int], loader: yaml.SafeLoader) -> Any:
+    if len(path) > MAX_DEPTH:
+        raise YamlProblem(f"the document nests deeper than {MAX_DEPTH} levels", node.start_mark.line + 1)
+    if isinstance(node, yaml.MappingNode):
+        out: dict[str, Any] = {}
+        for key_node, value_node in node.value:
+            if not isinstance(key_node, yaml.ScalarNode):
+                raise YamlProblem("mapping keys must be plain strings", key_node.start_mark.line + 1)
+            key = str(loader.construct_object(key_node))
+            line = key_node.start_mark.line + 1
+            if key in out:
+                where = ".".join(str(p) for p in (*path, key))
+                raise YamlProblem(
+                    f"duplicate key {where!r} (first on line {lines[(*path, key)]}); keep one of them", line
+                )
+            lines[(*path, key)] = line
+            out[key] = _convert(value_node, (*path, key), lines, loader)
+        return out
+    if isinstance(node, yaml.SequenceNode):
+        items = []
+        for index, item in enumerate(node.value):
+            lines[(*path, index)] = item.start_mark.line + 1
+            items.append(_convert(item, (*path, index), lines, loader))
+        return items
+    try:
+        return loader.construct_object(node, deep=True)
+    except yaml.YAMLError as e:
+        raise YamlProblem(f"cannot read value: {e}", node.start_mark.line + 1) from e
+
+
+def dump(data: Mapping[str, Any]) -> str:
+    """Deterministic YAML for data we wrote ourselves (sorted keys, block style)."""
+    return yaml.safe_dump(dict(data), sort_keys=True, default_flow_style=False, allow_unicode=True)

@@ -1,0 +1,179 @@
+"""Read-only views of a release and the cluster: history, status, diff, inventory and audit.
+
+Each function connects, reads, and returns plain data for the CLI to print; none of them writes
+to the cluster (diff uses a server-side dry-run).
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import pathlib
+from typing import Any
+
+import yaml
+
+from orchestrator import errors, preflight, releases, render
+from orchestrator.kube import connect
+from orchestrator.pipeline import Options
+from orchestrator.profile import Profile
+
+_VOLATILE_METADATA = ("managedFields", "resourceVersion", "uid", "creationTimestamp", "generation")
+
+
+def history(options: Options, name: str, namespace: str) -> list[dict[str, Any]]:
+    kube = connect(options.kubeconfig, options.context)
+    records = releases.load_history(kube, name, namespace)
+    if not records:
+        raise errors.NotFound(f"release {name} has no records in namespace {namespace} (check -n)")
+    statuses = releases.status_of(records)
+    rows = []
+    for record in records:
+        row = record.to_summary()
+        row["status"] = statuses[record.revision]
+        rows.append(row)
+    return rows
+
+
+def status(options: Options, name: str, namespace: str) -> dict[str, Any]:
+    kube = connect(options.kubeconfig, options.context)
+    records = releases.load_history(kube, name, namespace)
+    if not records:
+        raise errors.NotFound(f"release {name} has no records in namespace {namespace} (check -n)")
+    live = releases.live(records)
+    last_failed = next((r for r in reversed(records) if r.outcome == "failed"), None)
+    deployment = kube.get("Deployment", name, namespace) or {}
+    pods, _ = kube.list("Pod", namespace, labels=f"deployctl.dev/release={name}")
+    pod_rows = []
+    for pod in sorted(pods, key=lambda p: p["metadata"]["name"]):
+        conditions = {c["type"]: c["status"] for c in (pod.get("status") or {}).get("conditions") or []}
+        containers = pod.get("spec", {}).get("containers") or []
+        gpus = sum(int((c.get("resources", {}).get("limits") or {}).get("nvidia.com/gpu", 0)) for c in containers)
+        pod_rows.append({
+            "name": pod["metadata"]["name"], "ready": conditions.get("Ready") == "True",
+            "phase": (pod.get("status") or {}).get("phase"), "node": pod.get("spec", {}).get("nodeName"),
+            "gpus": gpus,
+        })
+    dep_status = deployment.get("status") or {}
+    return {
+        "release": name,
+        "namespace": namespace,
+        "live_revision": live.revision if live else None,
+        "live_description": live.description if live else None,
+        "image": live.image if live else None,
+        "model": live.model if live else None,
+        "replicas": {"desired": deployment.get("spec", {}).get("replicas"), "ready": dep_status.get("readyReplicas", 0),
+                     "updated": dep_status.get("updatedReplicas", 0)},
+        "pods": pod_rows,
+        "gate": live.gate if live else None,
+        "last_failure": ({"revision": last_failed.revision, **(last_failed.failure or {})} if last_failed else None),
+        "revisions": len(records),
+    }
+
+
+def format_status(data: dict[str, Any]) -> str:
+    from orchestrator import output
+
+    lines = [
+        f"release {data['release']} in {data['namespace']}: live revision {data['live_revision']} "
+        f"({data['live_description']}), {data['revisions']} revisions",
+        f"image: {data['image']}",
+        f"replicas: {data['replicas']['ready']}/{data['replicas']['desired']} ready",
+    ]
+    if data["pods"]:
+        lines.append(output.table(["POD", "READY", "PHASE", "NODE", "GPUS"], [
+            [p["name"], "yes" if p["ready"] else "no", p["phase"], p["node"], p["gpus"]] for p in data["pods"]]))
+    gate = data.get("gate")
+    if gate:
+        lines.append(f"gate: {gate.get('verdict')} — {gate.get('summary', '')}")
+    failure = data.get("last_failure")
+    if failure:
+        lines.append(f"last failure: revision {failure['revision']}: {failure.get('class')}: "
+                     f"{errors.shorten(str(failure.get('message', '')), 200)}")
+    return "\n".join(lines)
+
+
+def diff(options: Options, profile: Profile) -> str:
+    """Unified diff between the live objects and what a server-side apply would make of the render."""
+    kube = connect(options.kubeconfig, options.context)
+    chunks = []
+    for obj in render.render(profile):
+        kind, name = obj["kind"], obj["metadata"]["name"]
+        namespace = obj["metadata"].get("namespace")
+        live = kube.get(kind, name, namespace)
+        if live is None and kube.get("Namespace", profile.metadata.namespace) is None:
+            after: dict[str, Any] = obj  # dry-run cannot run in a missing namespace: show the render
+        else:
+            after = kube.apply(obj, dry_run=True)
+        before = _clean(live) if live else ""
+        after_text = _clean(after)
+        label = f"{kind}/{name}"
+        chunks.extend(difflib.unified_diff(
+            before.splitlines(keepends=True), after_text.splitlines(keepends=True),
+            fromfile=f"live/{label}", tofile=f"profile/{label}",
+        ))
+    return "".join(chunks)
+
+
+def _clean(obj: dict[str, Any]) -> str:
+    obj = json.loads(json.dumps(obj))
+    obj.pop("status", None)
+    meta = obj.get("metadata", {})
+    for key in _VOLATILE_METADATA:
+        meta.pop(key, None)
+    meta.get("annotations", {}).pop("deployment.kubernetes.io/revision", None)
+    if not meta.get("annotations"):
+        meta.pop("annotations", None)
+    return yaml.safe_dump(obj, sort_keys=True, default_flow_style=False)
+
+
+def inventory(options: Options) -> list[dict[str, Any]]:
+    kube = connect(options.kubeconfig, options.context)
+    nodes, _ = kube.list("Node")
+    pods, _ = kube.list("Pod")
+    return preflight.gpu_pools(nodes, pods)
+
+
+def audit_export(options: Options, name: str, namespace: str) -> dict[str, Any]:
+    kube = connect(options.kubeconfig, options.context)
+    records = releases.load_history(kube, name, namespace)
+    if not records:
+        raise errors.NotFound(f"release {name} has no records in namespace {namespace} (check -n)")
+    return releases.export(records)
+
+
+def audit_verify(
+    options: Options, name: str | None, namespace: str, export_file: str | None, against: str | None
+) -> dict[str, Any]:
+    if export_file:
+        doc = _read_export(export_file)
+        problems = releases.verify_export(doc)
+        count = len(doc.get("records", []))
+        head = str(doc.get("head", ""))
+    else:
+        assert name is not None
+        kube = connect(options.kubeconfig, options.context)
+        records = releases.load_history(kube, name, namespace)
+        if not records:
+            raise errors.NotFound(f"release {name} has no records in namespace {namespace} (check -n)")
+        problems = releases.verify(records)
+        if against:
+            problems += releases.compare_with_export(records, _read_export(against))
+        count = len(records)
+        head = records[-1].hash
+    return {
+        "ok": not problems,
+        "records": count,
+        "head": head,
+        "problems": [{"revision": p.revision, "message": p.message} for p in problems],
+    }
+
+
+def _read_export(path: str) -> dict[str, Any]:
+    try:
+        doc = json.loads(pathlib.Path(path).read_text())
+    except (OSError, ValueError) as e:
+        raise errors.UsageError(f"cannot read audit export {path}: {errors.shorten(str(e), 200)}") from e
+    if not isinstance(doc, dict):
+        raise errors.UsageError(f"{path} is not a deployctl audit export (expected a JSON object)")
+    return doc
