@@ -1,0 +1,3 @@
+module deployctl.local/e2e/simulator
+
+go 1.26

@@ -1,0 +1,852 @@
+// Command vllm-sim stands in for vLLM's OpenAI-compatible server in deployctl's
+// end-to-end tests: same routes, JSON shapes and SSE framing, but no model.
+// Every output is deterministic so tests can assert exact values, and token
+// timing follows a fixed schedule so load tests can check TTFT/TPOT figures.
+//
+// Usage:
+//
+//	vllm-sim --port P --model NAME --ttft-ms X --itl-ms Y [--max-num-seqs N]
+//	         [--max-model-len L] [--failure-rate PCT] [--seed S]
+//	         [--startup-seconds S] [--fault MODE] [--host 127.0.0.1]
+//
+// Behaviour the tests rely on:
+//
+//   - Output length is exactly max_completion_tokens, else max_tokens, else 16,
+//     whether or not ignore_eos is set: a simulator that stopped early at random
+//     would make token-count assertions flaky. finish_reason is therefore
+//     always "length".
+//   - Prompt tokens are counted by countTokens (no tokenizer is ever
+//     downloaded): each run of letters/digits is one token, each other
+//     non-space character is one token. Chat prompts add up the text of all
+//     messages, with no template overhead. Completion prompts may also be
+//     token-id arrays, which count one token per id.
+//   - A request's token i (0-based) leaves at admit + ttft + i·itl, where
+//     admit is when its headers were read or, for a request that had to queue
+//     behind --max-num-seqs busy slots, the moment it got a slot (FIFO).
+//     Deadlines are absolute, so jitter never accumulates into drift. Go's
+//     timers wake up to ~1 ms late on Linux (epoll has millisecond
+//     resolution), and a burst of many streams due at once is written one
+//     after another, so individual gaps jitter while their mean stays exact.
+//   - Streaming requests get their 200 and headers at once, as from vLLM,
+//     even while queued. A chat stream's role chunk (delta.role "assistant",
+//     content "") goes out with the first token, as vLLM sends it when the
+//     engine's first output arrives; both leave in one flush.
+//   - As in vLLM, the last token is followed by a usage chunk (choices: [])
+//     when stream_options is present and include_usage is not false, then by
+//     "data: [DONE]".
+//   - --failure-rate fails that share of completion requests with a 500
+//     before admission; the seeded RNG (--seed) makes the sequence repeat.
+//   - Until --startup-seconds have passed every route but /metrics answers 503:
+//     the port is open while the "model" loads.
+//   - /metrics exposes vllm:num_requests_running, vllm:num_requests_waiting,
+//     vllm:prompt_tokens_total, vllm:generation_tokens_total,
+//     vllm:request_success_total and vllm:time_to_first_token_seconds.
+//   - Nothing is ever dialled: the only socket is the listener.
+//
+// Fault modes (--fault), for tests of the clients' error handling:
+//
+//	none         normal operation
+//	refuse       never listen (connections are refused), but keep running until
+//	             signalled, like a container whose server failed to bind
+//	http500      every completion request answers 500 with vLLM's error JSON
+//	stall        send the headers and the first token (non-streaming: only the
+//	             headers), then nothing until the client disconnects
+//	no-done      streams end after the last token: no usage chunk, no [DONE]
+//	             (non-streaming requests are unaffected)
+//	error-event  an HTTP 200 stream sends up to 3 tokens, then, at the next
+//	             token's time, {"error": {...,"type":"InternalServerError",
+//	             "code":500}} and, as vLLM does after an error, [DONE]
+//	             (non-streaming: a 500 at that time)
+//	health-fail  /health answers 500 forever
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+	"unicode"
+)
+
+const (
+	faultNone       = "none"
+	faultRefuse     = "refuse"
+	faultHTTP500    = "http500"
+	faultStall      = "stall"
+	faultNoDone     = "no-done"
+	faultErrorEvent = "error-event"
+	faultHealthFail = "health-fail"
+)
+
+var faults = []string{faultNone, faultRefuse, faultHTTP500, faultStall, faultNoDone, faultErrorEvent, faultHealthFail}
+
+// errorEventAfter is how many tokens an error-event stream sends before its error.
+const errorEventAfter = 3
+
+// defaultMaxTokens is vLLM's default for the completions API; chat uses it too
+// so that a request without a limit stays short and predictable.
+const defaultMaxTokens = 16
+
+type config struct {
+	host        string
+	port        int
+	model       string
+	ttft        time.Duration
+	itl         time.Duration
+	maxNumSeqs  int
+	maxModelLen int
+	failureRate float64
+	seed        uint64
+	startup     time.Duration
+	fault       string
+}
+
+func parseFlags(args []string) (config, error) {
+	var c config
+	var ttftMS, itlMS, startupS float64
+	fs := flag.NewFlagSet("vllm-sim", flag.ContinueOnError)
+	fs.StringVar(&c.host, "host", "127.0.0.1", "address to listen on")
+	fs.IntVar(&c.port, "port", 8000, "port to listen on (0 picks a free one; the listening line names it)")
+	fs.StringVar(&c.model, "model", "", "served model name (required)")
+	fs.Float64Var(&ttftMS, "ttft-ms", 100, "time to first token after admission, in milliseconds")
+	fs.Float64Var(&itlMS, "itl-ms", 20, "inter-token latency, in milliseconds")
+	fs.IntVar(&c.maxNumSeqs, "max-num-seqs", 256, "requests decoding at once; the rest queue FIFO")
+	fs.IntVar(&c.maxModelLen, "max-model-len", 32768, "context length; longer prompt+max_tokens get vLLM's 400")
+	fs.Float64Var(&c.failureRate, "failure-rate", 0, "percentage of completion requests that fail with 500")
+	fs.Uint64Var(&c.seed, "seed", 1, "seed of the RNG that picks the failing requests")
+	fs.Float64Var(&startupS, "startup-seconds", 0, "seconds during which /health answers 503")
+	fs.StringVar(&c.fault, "fault", faultNone, "fault mode: "+strings.Join(faults, ", "))
+	if err := fs.Parse(args); err != nil {
+		return c, err
+	}
+	c.ttft = time.Duration(ttftMS * float64(time.Millisecond))
+	c.itl = time.Duration(itlMS * float64(time.Millisecond))
+	c.startup = time.Duration(startupS * float64(time.Second))
+	switch {
+	case fs.NArg() > 0:
+		return c, fmt.Errorf("unexpected arguments: %q", fs.Args())
+	case c.model == "":
+		return c, errors.New("--model is required")
+	case c.port < 0 || c.port > 65535:
+		return c, fmt.Errorf("--port %d is out of range", c.port)
+	case c.ttft < 0 || c.itl < 0 || c.startup < 0:
+		return c, errors.New("--ttft-ms, --itl-ms and --startup-seconds must not be negative")
+	case c.maxNumSeqs < 1 || c.maxModelLen < 1:
+		return c, errors.New("--max-num-seqs and --max-model-len must be at least 1")
+	case c.failureRate < 0 || c.failureRate > 100:
+		return c, errors.New("--failure-rate is a percentage, 0 to 100")
+	}
+	for _, f := range faults {
+		if c.fault == f {
+			return c, nil
+		}
+	}
+	return c, fmt.Errorf("unknown --fault %q (want one of %s)", c.fault, strings.Join(faults, ", "))
+}
+
+func main() {
+	cfg, err := parseFlags(os.Args[1:])
+	if errors.Is(err, flag.ErrHelp) {
+		return
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "vllm-sim:", err)
+		os.Exit(2)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	if err := run(ctx, cfg); err != nil {
+		fmt.Fprintln(os.Stderr, "vllm-sim:", err)
+		os.Exit(1)
+	}
+}
+
+// run serves until ctx is cancelled. Shutdown cancels the in-flight requests
+// rather than draining them, so a stalled or long stream cannot delay exit.
+func run(ctx context.Context, cfg config) error {
+	addr := net.JoinHostPort(cfg.host, strconv.Itoa(cfg.port))
+	if cfg.fault == faultRefuse {
+		fmt.Fprintf(os.Stderr, "vllm-sim fault=refuse: not listening on %s model=%s\n", addr, cfg.model)
+		<-ctx.Done()
+		return nil
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return err
+	}
+	sim := newServer(cfg, time.Now())
+	srv := &http.Server{
+		Handler:           sim.routes(),
+		ReadHeaderTimeout: 30 * time.Second,
+		BaseContext:       func(net.Listener) context.Context { return ctx },
+	}
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ln) }()
+	fmt.Fprintf(os.Stderr, "vllm-sim listening on %s model=%s\n", ln.Addr(), cfg.model)
+	select {
+	case err := <-served:
+		return err
+	case <-ctx.Done():
+	}
+	shutdownCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := srv.Shutdown(shutdownCtx); err != nil {
+		return srv.Close()
+	}
+	return nil
+}
+
+type server struct {
+	cfg       config
+	started   time.Time
+	ready     time.Time
+	modelJSON string // the model name as a JSON string, spliced into SSE chunks
+
+	// slots holds one token per decoding request. Blocked senders on a Go
+	// channel are served in arrival order, which gives vLLM's FIFO waiting
+	// queue without a hand-written one.
+	slots chan struct{}
+
+	rngMu sync.Mutex
+	rng   *rand.Rand
+
+	nextID atomic.Uint64
+	m      metrics
+}
+
+func newServer(cfg config, now time.Time) *server {
+	name, _ := json.Marshal(cfg.model)
+	return &server{
+		cfg:       cfg,
+		started:   now,
+		ready:     now.Add(cfg.startup),
+		modelJSON: string(name),
+		slots:     make(chan struct{}, cfg.maxNumSeqs),
+		rng:       rand.New(rand.NewPCG(cfg.seed, cfg.seed)),
+	}
+}
+
+func (s *server) routes() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /health", s.health)
+	mux.HandleFunc("GET /v1/models", s.models)
+	mux.HandleFunc("GET /metrics", s.metrics)
+	mux.HandleFunc("POST /v1/chat/completions", func(w http.ResponseWriter, r *http.Request) { s.complete(w, r, chatAPI) })
+	mux.HandleFunc("POST /v1/completions", func(w http.ResponseWriter, r *http.Request) { s.complete(w, r, completionsAPI) })
+	return mux
+}
+
+func (s *server) loading(now time.Time) bool { return now.Before(s.ready) }
+
+func (s *server) health(w http.ResponseWriter, r *http.Request) {
+	switch {
+	case s.cfg.fault == faultHealthFail:
+		writeError(w, http.StatusInternalServerError, "InternalServerError", "health check failed (--fault health-fail)", "")
+	case s.loading(time.Now()):
+		w.WriteHeader(http.StatusServiceUnavailable)
+	default:
+		w.WriteHeader(http.StatusOK)
+	}
+}
+
+func (s *server) models(w http.ResponseWriter, r *http.Request) {
+	if s.loading(time.Now()) {
+		writeLoading(w)
+		return
+	}
+	created := s.started.Unix()
+	writeJSON(w, http.StatusOK, map[string]any{
+		"object": "list",
+		"data": []map[string]any{{
+			"id":            s.cfg.model,
+			"object":        "model",
+			"created":       created,
+			"owned_by":      "vllm",
+			"root":          s.cfg.model,
+			"parent":        nil,
+			"max_model_len": s.cfg.maxModelLen,
+			"permission": []map[string]any{{
+				"id": fmt.Sprintf("modelperm-%016x", uint64(s.started.UnixNano())), "object": "model_permission",
+				"created": created, "allow_create_engine": false, "allow_sampling": true,
+				"allow_logprobs": true, "allow_search_indices": false, "allow_view": true,
+				"allow_fine_tuning": false, "organization": "*", "group": nil, "is_blocking": false,
+			}},
+		}},
+	})
+}
+
+// completionRequest holds the request fields the simulator acts on; vLLM
+// ignores unknown fields, and so does encoding/json.
+type completionRequest struct {
+	Model               string          `json:"model"`
+	Messages            []chatMessage   `json:"messages"`
+	Prompt              json.RawMessage `json:"prompt"`
+	Stream              bool            `json:"stream"`
+	StreamOptions       *streamOptions  `json:"stream_options"`
+	MaxTokens           *int            `json:"max_tokens"`
+	MaxCompletionTokens *int            `json:"max_completion_tokens"`
+}
+
+type chatMessage struct {
+	Role    string          `json:"role"`
+	Content json.RawMessage `json:"content"`
+}
+
+type streamOptions struct {
+	IncludeUsage *bool `json:"include_usage"`
+}
+
+// api holds the per-endpoint constant pieces of a stream chunk, so that a
+// token costs a few appends to a reused buffer instead of a JSON encode.
+type api struct {
+	idPrefix    string
+	chunkObject string
+	object      string
+	roleChunk   string // sent before the first token; empty for completions
+	tokenOpen   string
+	tokenClose  string
+	lastClose   string // closes the final token's chunk, carrying finish_reason
+}
+
+var chatAPI = &api{
+	idPrefix:    "chatcmpl-",
+	chunkObject: "chat.completion.chunk",
+	object:      "chat.completion",
+	roleChunk:   `{"index":0,"delta":{"role":"assistant","content":""},"logprobs":null,"finish_reason":null}]}` + "\n\n",
+	tokenOpen:   `{"index":0,"delta":{"content":"`,
+	tokenClose:  `"},"logprobs":null,"finish_reason":null}]}` + "\n\n",
+	lastClose:   `"},"logprobs":null,"finish_reason":"length","stop_reason":null}]}` + "\n\n",
+}
+
+var completionsAPI = &api{
+	idPrefix:    "cmpl-",
+	chunkObject: "text_completion",
+	object:      "text_completion",
+	tokenOpen:   `{"index":0,"text":"`,
+	tokenClose:  `","logprobs":null,"finish_reason":null,"stop_reason":null}]}` + "\n\n",
+	lastClose:   `","logprobs":null,"finish_reason":"length","stop_reason":null}]}` + "\n\n",
+}
+
+// job is one admitted completion request.
+type job struct {
+	api          *api
+	id           string
+	created      int64
+	promptTokens int
+	maxTokens    int
+	includeUsage bool
+	arrival      time.Time
+	admit        time.Time
+}
+
+// deadline is when token i (0-based) is due: anchored on admission so that
+// late wake-ups never push later tokens back.
+func (s *server) deadline(admit time.Time, i int) time.Time {
+	return admit.Add(s.cfg.ttft + time.Duration(i)*s.cfg.itl)
+}
+
+func (s *server) complete(w http.ResponseWriter, r *http.Request, a *api) {
+	arrival := time.Now()
+	if s.loading(arrival) {
+		writeLoading(w)
+		return
+	}
+	// Reading the body to EOF (rather than streaming it into a decoder) lets
+	// net/http start watching the connection, so a client that disconnects
+	// cancels r.Context() and frees its slot.
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, 32<<20))
+	if err != nil {
+		writeError(w, http.StatusBadRequest, "BadRequestError", err.Error(), "")
+		return
+	}
+	var req completionRequest
+	if err := json.Unmarshal(body, &req); err != nil {
+		writeError(w, http.StatusBadRequest, "BadRequestError", "invalid JSON body: "+err.Error(), "")
+		return
+	}
+	if req.Model != "" && req.Model != s.cfg.model {
+		writeError(w, http.StatusNotFound, "NotFoundError", fmt.Sprintf("The model `%s` does not exist.", req.Model), "model")
+		return
+	}
+	j := &job{api: a, created: arrival.Unix(), arrival: arrival}
+	if a == chatAPI {
+		j.promptTokens, err = chatPromptTokens(req.Messages)
+	} else {
+		j.promptTokens, err = completionPromptTokens(req.Prompt)
+	}
+	if err != nil {
+		writeError(w, http.StatusBadRequest, "BadRequestError", err.Error(), "")
+		return
+	}
+	j.maxTokens = defaultMaxTokens
+	if req.MaxCompletionTokens != nil {
+		j.maxTokens = *req.MaxCompletionTokens
+	} else if req.MaxTokens != nil {
+		j.maxTokens = *req.MaxTokens
+	}
+	if j.maxTokens < 1 {
+		writeError(w, http.StatusBadRequest, "BadRequestError", fmt.Sprintf("max_tokens must be at least 1, got %d.", j.maxTokens), "max_tokens")
+		return
+	}
+	if total := j.promptTokens + j.maxTokens; total > s.cfg.maxModelLen {
+		writeError(w, http.StatusBadRequest, "BadRequestError", fmt.Sprintf(
+			"This model's maximum context length is %d tokens. However, you requested %d tokens (%d in the messages, %d in the completion). Please reduce the length of the messages or completion.",
+			s.cfg.maxModelLen, total, j.promptTokens, j.maxTokens), "")
+		return
+	}
+	if s.cfg.fault == faultHTTP500 || s.failNext() {
+		writeError(w, http.StatusInternalServerError, "InternalServerError", "simulated engine failure", "")
+		return
+	}
+	j.id = fmt.Sprintf("%s%016x%016x", a.idPrefix, uint64(s.started.UnixNano()), s.nextID.Add(1))
+	j.includeUsage = req.StreamOptions != nil && (req.StreamOptions.IncludeUsage == nil || *req.StreamOptions.IncludeUsage)
+	s.m.promptTokens.Add(int64(j.promptTokens))
+
+	ctx := r.Context()
+	var out *sse
+	if req.Stream {
+		// vLLM answers a streaming request with 200 and its headers at once,
+		// before the engine schedules it.
+		w.Header().Set("Content-Type", "text/event-stream; charset=utf-8")
+		w.WriteHeader(http.StatusOK)
+		out = &sse{w: w, rc: http.NewResponseController(w), buf: make([]byte, 0, 512)}
+		if out.rc.Flush() != nil {
+			return
+		}
+	}
+	var ok bool
+	if j.admit, ok = s.acquire(ctx, arrival); !ok {
+		return
+	}
+	defer s.release()
+	if req.Stream {
+		s.stream(ctx, out, j)
+	} else {
+		s.respond(ctx, w, j)
+	}
+}
+
+// failNext draws from the seeded RNG, so a given --seed fails the same
+// sequence of requests every run.
+func (s *server) failNext() bool {
+	if s.cfg.failureRate <= 0 {
+		return false
+	}
+	s.rngMu.Lock()
+	defer s.rngMu.Unlock()
+	return s.rng.Float64()*100 < s.cfg.failureRate
+}
+
+// acquire takes a decoding slot, queueing if all --max-num-seqs are busy. It
+// returns the admission time that anchors the token schedule.
+func (s *server) acquire(ctx context.Context, arrival time.Time) (time.Time, bool) {
+	select {
+	case s.slots <- struct{}{}:
+		s.m.running.Add(1)
+		return arrival, true
+	default:
+	}
+	s.m.waiting.Add(1)
+	defer s.m.waiting.Add(-1)
+	select {
+	case s.slots <- struct{}{}:
+		s.m.running.Add(1)
+		return time.Now(), true
+	case <-ctx.Done():
+		return time.Time{}, false
+	}
+}
+
+func (s *server) release() {
+	s.m.running.Add(-1)
+	<-s.slots
+}
+
+// sse writes Server-Sent Events through one reused buffer and flushes every
+// write, so each event leaves the process at its scheduled time.
+type sse struct {
+	w   http.ResponseWriter
+	rc  *http.ResponseController
+	buf []byte
+}
+
+func (e *sse) send() error {
+	_, err := e.w.Write(e.buf)
+	e.buf = e.buf[:0]
+	if err != nil {
+		return err
+	}
+	return e.rc.Flush()
+}
+
+func (e *sse) chunkHead(j *job, modelJSON string) {
+	e.buf = append(e.buf, `data: {"id":"`...)
+	e.buf = append(e.buf, j.id...)
+	e.buf = append(e.buf, `","object":"`...)
+	e.buf = append(e.buf, j.api.chunkObject...)
+	e.buf = append(e.buf, `","created":`...)
+	e.buf = strconv.AppendInt(e.buf, j.created, 10)
+	e.buf = append(e.buf, `,"model":`...)
+	e.buf = append(e.buf, modelJSON...)
+	e.buf = append(e.buf, `,"choices":[`...)
+}
+
+func (s *server) stream(ctx context.Context, out *sse, j *job) {
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
+	sent := 0
+	defer func() { s.m.generationTokens.Add(int64(sent)) }()
+	for i := 0; i < j.maxTokens; i++ {
+		if !sleepUntil(ctx, timer, s.deadline(j.admit, i)) {
+			return
+		}
+		if i == 0 {
+			s.m.observeTTFT(time.Since(j.arrival))
+			if j.api.roleChunk != "" {
+				out.chunkHead(j, s.modelJSON)
+				out.buf = append(out.buf, j.api.roleChunk...)
+			}
+		}
+		if s.cfg.fault == faultErrorEvent && i == min(errorEventAfter, j.maxTokens-1) {
+			out.buf = append(out.buf, `data: {"error":{"message":"simulated engine failure mid-stream","type":"InternalServerError","param":null,"code":500}}`+"\n\n"...)
+			out.buf = append(out.buf, "data: [DONE]\n\n"...)
+			out.send()
+			return
+		}
+		out.chunkHead(j, s.modelJSON)
+		out.buf = append(out.buf, j.api.tokenOpen...)
+		out.buf = append(out.buf, token(i)...)
+		if i == j.maxTokens-1 {
+			out.buf = append(out.buf, j.api.lastClose...)
+		} else {
+			out.buf = append(out.buf, j.api.tokenClose...)
+		}
+		if out.send() != nil {
+			return
+		}
+		sent++
+		if s.cfg.fault == faultStall {
+			<-ctx.Done()
+			return
+		}
+	}
+	s.m.requestsFinished.Add(1)
+	if s.cfg.fault == faultNoDone {
+		return
+	}
+	if j.includeUsage {
+		out.chunkHead(j, s.modelJSON)
+		out.buf = append(out.buf, `],"usage":{"prompt_tokens":`...)
+		out.buf = strconv.AppendInt(out.buf, int64(j.promptTokens), 10)
+		out.buf = append(out.buf, `,"total_tokens":`...)
+		out.buf = strconv.AppendInt(out.buf, int64(j.promptTokens+j.maxTokens), 10)
+		out.buf = append(out.buf, `,"completion_tokens":`...)
+		out.buf = strconv.AppendInt(out.buf, int64(j.maxTokens), 10)
+		out.buf = append(out.buf, "}}\n\n"...)
+	}
+	out.buf = append(out.buf, "data: [DONE]\n\n"...)
+	out.send()
+}
+
+type usage struct {
+	PromptTokens     int `json:"prompt_tokens"`
+	TotalTokens      int `json:"total_tokens"`
+	CompletionTokens int `json:"completion_tokens"`
+}
+
+// respond answers a non-streaming request when its last token is due.
+func (s *server) respond(ctx context.Context, w http.ResponseWriter, j *job) {
+	if s.cfg.fault == faultStall {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusOK)
+		http.NewResponseController(w).Flush()
+		<-ctx.Done()
+		return
+	}
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
+	if !sleepUntil(ctx, timer, s.deadline(j.admit, 0)) {
+		return
+	}
+	s.m.observeTTFT(time.Since(j.arrival))
+	if s.cfg.fault == faultErrorEvent {
+		if sleepUntil(ctx, timer, s.deadline(j.admit, min(errorEventAfter, j.maxTokens-1))) {
+			writeError(w, http.StatusInternalServerError, "InternalServerError", "simulated engine failure mid-generation", "")
+		}
+		return
+	}
+	if !sleepUntil(ctx, timer, s.deadline(j.admit, j.maxTokens-1)) {
+		return
+	}
+	var b strings.Builder
+	for i := range j.maxTokens {
+		b.WriteString(token(i))
+	}
+	text := b.String()
+	s.m.generationTokens.Add(int64(j.maxTokens))
+	s.m.requestsFinished.Add(1)
+	c := choice{FinishReason: "length"}
+	if j.api == chatAPI {
+		c.Message = &chatReply{Role: "assistant", Content: text, ToolCalls: []any{}}
+	} else {
+		c.Text = &text
+	}
+	writeJSON(w, http.StatusOK, completionResponse{
+		ID:      j.id,
+		Object:  j.api.object,
+		Created: j.created,
+		Model:   s.cfg.model,
+		Choices: []choice{c},
+		Usage:   usage{PromptTokens: j.promptTokens, TotalTokens: j.promptTokens + j.maxTokens, CompletionTokens: j.maxTokens},
+	})
+}
+
+// completionResponse and its parts are structs, not maps, so that fields come
+// out in vLLM's order, which keeps captured responses easy to compare.
+type completionResponse struct {
+	ID      string   `json:"id"`
+	Object  string   `json:"object"`
+	Created int64    `json:"created"`
+	Model   string   `json:"model"`
+	Choices []choice `json:"choices"`
+	Usage   usage    `json:"usage"`
+}
+
+// choice is a chat choice (Message set) or a completions choice (Text set).
+type choice struct {
+	Index        int        `json:"index"`
+	Text         *string    `json:"text,omitempty"`
+	Message      *chatReply `json:"message,omitempty"`
+	Logprobs     any        `json:"logprobs"`
+	FinishReason string     `json:"finish_reason"`
+	StopReason   any        `json:"stop_reason"`
+}
+
+type chatReply struct {
+	Role      string `json:"role"`
+	Content   string `json:"content"`
+	ToolCalls []any  `json:"tool_calls"`
+}
+
+// sleepUntil waits for the absolute deadline on a reused timer (one per
+// request, not one per token) and reports false if ctx ends first.
+func sleepUntil(ctx context.Context, t *time.Timer, deadline time.Time) bool {
+	d := time.Until(deadline)
+	if d <= 0 {
+		return ctx.Err() == nil
+	}
+	t.Reset(d)
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		t.Stop()
+		return false
+	}
+}
+
+// vocabulary cycles through a fixed sentence; every entry is plain ASCII, so
+// it can be spliced into JSON without escaping.
+var vocabulary = [...]string{" The", " quick", " brown", " fox", " jumps", " over", " the", " lazy", " dog", "."}
+
+// token is the text of output token i: "The quick brown fox … dog. The quick …".
+func token(i int) string {
+	if i == 0 {
+		return "The"
+	}
+	return vocabulary[i%len(vocabulary)]
+}
+
+// countTokens approximates a tokenizer without downloading one: each maximal
+// run of letters and digits is one token, and so is each other non-space
+// character. "Hello, world!" is 4 tokens.
+func countTokens(s string) int {
+	n := 0
+	inWord := false
+	for _, r := range s {
+		switch {
+		case unicode.IsLetter(r) || unicode.IsDigit(r):
+			if !inWord {
+				n++
+			}
+			inWord = true
+		case unicode.IsSpace(r):
+			inWord = false
+		default:
+			n++
+			inWord = false
+		}
+	}
+	return n
+}
+
+// chatPromptTokens counts the text of every message; content is either a
+// string or a list of parts, of which only "text" parts count.
+func chatPromptTokens(msgs []chatMessage) (int, error) {
+	if len(msgs) == 0 {
+		return 0, errors.New("messages must be a non-empty list")
+	}
+	n := 0
+	for _, m := range msgs {
+		if len(m.Content) == 0 || string(m.Content) == "null" {
+			continue
+		}
+		var text string
+		if json.Unmarshal(m.Content, &text) == nil {
+			n += countTokens(text)
+			continue
+		}
+		var parts []struct {
+			Type string `json:"type"`
+			Text string `json:"text"`
+		}
+		if err := json.Unmarshal(m.Content, &parts); err != nil {
+			return 0, errors.New("message content must be a string or a list of content parts")
+		}
+		for _, p := range parts {
+			if p.Type == "text" {
+				n += countTokens(p.Text)
+			}
+		}
+	}
+	return n, nil
+}
+
+// completionPromptTokens accepts the prompt forms vLLM does: a string, a list
+// of strings, a list of token ids, or a list of such lists. Several prompts are
+// counted together and answered as one choice.
+func completionPromptTokens(raw json.RawMessage) (int, error) {
+	if len(raw) == 0 || string(raw) == "null" {
+		return 0, errors.New("prompt is required")
+	}
+	var text string
+	if json.Unmarshal(raw, &text) == nil {
+		return countTokens(text), nil
+	}
+	var texts []string
+	if json.Unmarshal(raw, &texts) == nil {
+		n := 0
+		for _, t := range texts {
+			n += countTokens(t)
+		}
+		return n, nil
+	}
+	var ids []int
+	if json.Unmarshal(raw, &ids) == nil {
+		return len(ids), nil
+	}
+	var idLists [][]int
+	if json.Unmarshal(raw, &idLists) == nil {
+		n := 0
+		for _, l := range idLists {
+			n += len(l)
+		}
+		return n, nil
+	}
+	return 0, errors.New("prompt must be a string, a list of strings, or token ids")
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	body, err := json.Marshal(v)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	w.Write(body)
+}
+
+// errorResponse is vLLM's ErrorResponse; code repeats the HTTP status.
+type errorResponse struct {
+	Error errorInfo `json:"error"`
+}
+
+type errorInfo struct {
+	Message string  `json:"message"`
+	Type    string  `json:"type"`
+	Param   *string `json:"param"`
+	Code    int     `json:"code"`
+}
+
+// writeError answers in vLLM's error shape; param names the offending
+// request field, or is empty for null.
+func writeError(w http.ResponseWriter, status int, errType, message, param string) {
+	e := errorInfo{Message: message, Type: errType, Code: status}
+	if param != "" {
+		e.Param = &param
+	}
+	writeJSON(w, status, errorResponse{e})
+}
+
+func writeLoading(w http.ResponseWriter) {
+	writeError(w, http.StatusServiceUnavailable, "ServiceUnavailableError", "the model is still loading (--startup-seconds)", "")
+}
+
+// ttftBuckets are vLLM's bucket bounds for vllm:time_to_first_token_seconds.
+var ttftBuckets = [...]float64{0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1, 2.5, 5, 7.5, 10, 20, 40, 80, 160, 640, 2560}
+
+type metrics struct {
+	running, waiting               atomic.Int64
+	promptTokens, generationTokens atomic.Int64
+	requestsFinished               atomic.Int64
+
+	ttftMu     sync.Mutex
+	ttftCounts [len(ttftBuckets) + 1]uint64 // per bucket, not cumulative; the last is +Inf
+	ttftSum    float64
+}
+
+func (m *metrics) observeTTFT(d time.Duration) {
+	v := d.Seconds()
+	i := 0
+	for i < len(ttftBuckets) && v > ttftBuckets[i] {
+		i++
+	}
+	m.ttftMu.Lock()
+	m.ttftCounts[i]++
+	m.ttftSum += v
+	m.ttftMu.Unlock()
+}
+
+func (s *server) metrics(w http.ResponseWriter, r *http.Request) {
+	labels := fmt.Sprintf(`model_name=%s,engine="0"`, strconv.Quote(s.cfg.model))
+	var b strings.Builder
+	metric := func(name, kind, help, sample string, v int64) {
+		fmt.Fprintf(&b, "# HELP %s %s\n# TYPE %s %s\n%s{%s} %d\n", name, help, name, kind, sample, labels, v)
+	}
+	metric("vllm:num_requests_running", "gauge", "Number of requests in model execution batches.", "vllm:num_requests_running", s.m.running.Load())
+	metric("vllm:num_requests_waiting", "gauge", "Number of requests waiting to be processed.", "vllm:num_requests_waiting", s.m.waiting.Load())
+	metric("vllm:prompt_tokens", "counter", "Number of prefill tokens processed.", "vllm:prompt_tokens_total", s.m.promptTokens.Load())
+	metric("vllm:generation_tokens", "counter", "Number of generation tokens processed.", "vllm:generation_tokens_total", s.m.generationTokens.Load())
+	fmt.Fprintf(&b, "# HELP vllm:request_success Count of successfully processed requests.\n# TYPE vllm:request_success counter\n"+
+		"vllm:request_success_total{finished_reason=\"length\",%s} %d\n", labels, s.m.requestsFinished.Load())
+
+	s.m.ttftMu.Lock()
+	counts, sum := s.m.ttftCounts, s.m.ttftSum
+	s.m.ttftMu.Unlock()
+	const ttft = "vllm:time_to_first_token_seconds"
+	fmt.Fprintf(&b, "# HELP %s Histogram of time to first token in seconds.\n# TYPE %s histogram\n", ttft, ttft)
+	var cum uint64
+	for i, le := range ttftBuckets {
+		cum += counts[i]
+		fmt.Fprintf(&b, "%s_bucket{le=\"%s\",%s} %d\n", ttft, strconv.FormatFloat(le, 'f', -1, 64), labels, cum)
+	}
+	cum += counts[len(ttftBuckets)]
+	fmt.Fprintf(&b, "%s_bucket{le=\"+Inf\",%s} %d\n%s_sum{%s} %g\n%s_count{%s} %d\n", ttft, labels, cum, ttft, labels, sum, ttft, labels, cum)
+
+	w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
+	io.WriteString(w, b.String())
+}
