@@ -550,14 +550,15 @@ def loads(raw: bytes | str, source: str = "<profile>", base_dir: pathlib.Path | 
 
 
 def _describe(exc: pydantic.ValidationError, doc: strictyaml.Document, source: str) -> str:
-    lines = [f"{source}: {exc.error_count()} problem(s) in the profile:"]
+    problems = []
     for err in exc.errors(include_url=False):
         loc = _clean_loc(err["loc"])
         line = doc.line_of(loc)
         field = ".".join(str(p) for p in loc) or "(top level)"
         where = f" (line {line})" if line else ""
-        lines.append(f"  {field}{where}: {_message(err, loc, doc)}")
-    return "\n".join(lines)
+        problems.append((line or 0, f"  {field}{where}: {_message(err, loc, doc)}"))
+    problems.sort(key=lambda item: item[0])  # in file order, as the user reads it
+    return "\n".join([f"{source}: {len(problems)} problem(s) in the profile:"] + [text for _, text in problems])
 
 
 def _clean_loc(loc: tuple[Any, ...]) -> Loc:
