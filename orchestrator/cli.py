@@ -16,12 +16,13 @@ from typing import Any, TypeVar
 
 import click
 
+import orchestrator
 from orchestrator import errors, output
 from orchestrator.errors import ExitCode
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-VERSION = "0.1.0"
+VERSION = orchestrator.__version__
 SUPPORTED_KUBERNETES = "1.30 – 1.37"
 
 

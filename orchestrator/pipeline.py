@@ -16,7 +16,7 @@ from typing import Any
 
 import yaml
 
-from orchestrator import bench, errors, gate, health, planner, preflight, releases, render, rollout
+from orchestrator import audit, bench, errors, gate, health, planner, preflight, releases, render, rollout
 from orchestrator.errors import ExitCode
 from orchestrator.kube import Kube, PortForwarder, connect
 from orchestrator.lock import DEFAULT_TTL_SECONDS, ReleaseLock
@@ -548,25 +548,22 @@ def rollback(name: str, namespace: str, to: int | None, options: Options, report
                 f"check the name and -n (deployctl history lists releases' revisions)"
             )
         if to is not None:
-            target = next((r for r in history if r.revision == to), None)
-            if target is None:
-                raise errors.UsageError(
-                    f"release {name} has no revision {to}; it has revisions "
-                    f"{history[0].revision}..{history[-1].revision} (see `deployctl history {name}`)"
-                )
+            target = releases.get(history, to)
             if target.outcome != "deployed":
-                raise errors.UsageError(
-                    f"revision {to} of {name} never passed its gate ({target.description}); "
-                    "roll back to a revision that was deployed"
-                )
+                raise errors.UsageError(f"revision {to} of {name} never passed its gate ({target.description}); "
+                                        "roll back to a revision that was deployed")
         else:
-            live = releases.live(history)
-            target = releases.last_good_before(history, live.revision if live else history[-1].revision + 1)
-            if target is None:
-                raise errors.UsageError(
-                    f"release {name} has no earlier good revision to roll back to; "
-                    "pass --to N (see `deployctl history`)"
-                )
+            found = releases.rollback_target(history)
+            if found is None:
+                raise errors.UsageError(f"release {name} has no earlier good revision to roll back to; "
+                                        "pass --to N (see `deployctl history`)")
+            target = found
+        problems = audit.verify(history, release=name, namespace=namespace)
+        if any(p.revision == target.revision for p in problems):
+            raise errors.AuditFailed(
+                f"revision {target.revision} of {name} fails its integrity check, so its stored manifests "
+                f"are not re-applied: {'; '.join(p.message for p in problems if p.revision == target.revision)}"
+            )
         report("rollback", f"rolling back {name} to revision {target.revision} ({target.description})")
         return restore(
             kube,

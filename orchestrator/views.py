@@ -13,7 +13,7 @@ from typing import Any
 
 import yaml
 
-from orchestrator import errors, preflight, releases, render
+from orchestrator import audit, errors, preflight, releases, render
 from orchestrator.kube import connect
 from orchestrator.pipeline import Options
 from orchestrator.profile import Profile
@@ -26,13 +26,7 @@ def history(options: Options, name: str, namespace: str) -> list[dict[str, Any]]
     records = releases.load_history(kube, name, namespace)
     if not records:
         raise errors.NotFound(f"release {name} has no records in namespace {namespace} (check -n)")
-    statuses = releases.status_of(records)
-    rows = []
-    for record in records:
-        row = record.to_summary()
-        row["status"] = statuses[record.revision]
-        rows.append(row)
-    return rows
+    return releases.summaries(records)
 
 
 def status(options: Options, name: str, namespace: str) -> dict[str, Any]:
@@ -139,7 +133,7 @@ def audit_export(options: Options, name: str, namespace: str) -> dict[str, Any]:
     records = releases.load_history(kube, name, namespace)
     if not records:
         raise errors.NotFound(f"release {name} has no records in namespace {namespace} (check -n)")
-    return releases.export(records)
+    return audit.export(records, release=name, namespace=namespace)
 
 
 def audit_verify(
@@ -147,7 +141,7 @@ def audit_verify(
 ) -> dict[str, Any]:
     if export_file:
         doc = _read_export(export_file)
-        problems = releases.verify_export(doc)
+        problems = audit.verify_export(doc)
         count = len(doc.get("records", []))
         head = str(doc.get("head", ""))
     else:
@@ -156,16 +150,17 @@ def audit_verify(
         records = releases.load_history(kube, name, namespace)
         if not records:
             raise errors.NotFound(f"release {name} has no records in namespace {namespace} (check -n)")
-        problems = releases.verify(records)
+        problems = audit.verify(records, release=name, namespace=namespace)
         if against:
-            problems += releases.compare_with_export(records, _read_export(against))
+            doc = _read_export(against)
+            problems += audit.verify_export(doc) + audit.compare_with_export(records, doc)
         count = len(records)
         head = records[-1].hash
     return {
         "ok": not problems,
         "records": count,
         "head": head,
-        "problems": [{"revision": p.revision, "message": p.message} for p in problems],
+        "problems": [p.to_dict() for p in problems],
     }
 
 

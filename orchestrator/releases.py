@@ -1,0 +1,449 @@
+"""Release records: one immutable ConfigMap per revision of a release, chained by hash.
+
+Every apply, rollback and gate of a release appends revision N as the ConfigMap
+``deployctl.<release>.v<N>`` in the release's namespace (Helm keeps its release records the same
+way, in Secrets; ours hold nothing secret, so ConfigMaps let auditors read them with plain RBAC).
+A record holds the exact applied manifest bytes (gzip, deterministic) and ``record.json``: who,
+when, what, the profile, the plan, the gate report and ``prev_hash``, the sha256 of revision
+N−1's record. The sha256 of ``record.json`` sits in the annotation ``deployctl.dev/record-sha256``.
+
+Records are append-only: created once with ``immutable: true`` and never updated, so the chain
+covers every byte of history. Revision numbers are allocated by ``create``: the API server
+refuses a second object with the same name, so two writers can never both get revision N.
+What the chain can and cannot prove is explained in ``orchestrator.audit``.
+
+Only what the caller passes is stored. The profile names its Secrets and never holds their values,
+and ``actor`` copies a fixed list of CI variables, never the environment.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import dataclasses
+import datetime
+import gzip
+import hashlib
+import io
+import json
+import zlib
+from collections.abc import Mapping, Sequence
+from typing import Any, Literal, Protocol, TypedDict
+
+from orchestrator import errors
+
+LABEL_RECORD = "deployctl.dev/release-record"
+LABEL_RELEASE = "deployctl.dev/release"
+LABEL_REVISION = "deployctl.dev/revision"
+LABEL_OUTCOME = "deployctl.dev/outcome"
+ANNOTATION_HASH = "deployctl.dev/record-sha256"
+RECORD_KEY = "record.json"
+MANIFESTS_KEY = "manifests.yaml.gz"
+
+# A lock (Lease) serialises writers of one release, so a lost race is rare; a few retries cover
+# a writer that bypassed the lock without spinning forever against a broken store.
+APPEND_ATTEMPTS = 5
+
+# CI variables that say which job acted. An allow-list, never a prefix match: CI_JOB_TOKEN and
+# GITHUB_TOKEN sit right next to these and must never reach a record.
+CI_VARIABLES = (
+    "CI",
+    "GITHUB_RUN_ID",
+    "GITHUB_REPOSITORY",
+    "GITHUB_ACTOR",
+    "CI_JOB_ID",
+    "CI_PROJECT_PATH",
+    "GITLAB_USER_LOGIN",
+    "BUILD_ID",
+    "JOB_NAME",
+)
+_CI_VALUE_LIMIT = 200
+
+Outcome = Literal["deployed", "failed"]
+Status = Literal["deployed", "superseded", "failed"]
+
+
+class ModelRef(TypedDict):
+    """The served model and the weights revision (commit or tag) it was deployed with."""
+
+    name: str
+    revision: str | None
+
+
+class Cluster(Protocol):
+    """The part of ``orchestrator.kube.Kube`` that records need (a fake implements it in tests)."""
+
+    def get(self, kind: str, name: str, namespace: str | None = None) -> dict[str, Any] | None: ...
+
+    def list(
+        self, kind: str, namespace: str | None = None, *, labels: str | None = None, fields: str | None = None
+    ) -> tuple[list[dict[str, Any]], str]: ...
+
+    def create(self, obj: dict[str, Any]) -> dict[str, Any]: ...
+
+
+@dataclasses.dataclass(frozen=True)
+class Record:
+    """One revision of a release, as stored.
+
+    ``hash`` is the hash the record was stored with (the annotation, or an export's copy of it);
+    ``computed_hash()`` is what the content hashes to now. They differ when a record was edited.
+    """
+
+    release: str
+    namespace: str
+    revision: int
+    outcome: Outcome
+    description: str
+    timestamp: str  # UTC, ISO-8601, second precision
+    actor: dict[str, Any]
+    model: ModelRef
+    image: str
+    profile_hash: str
+    profile: str  # the profile YAML text, as applied
+    plan: dict[str, Any] | None
+    gate: dict[str, Any] | None
+    failure: dict[str, str] | None  # {"class": ..., "message": ...}
+    rollback_of: int | None
+    manifests_sha256: str
+    prev_hash: str  # "" for revision 1
+    hash: str
+    manifests: bytes  # the exact applied manifest bytes, decompressed
+
+    def body(self) -> dict[str, Any]:
+        """The fields of ``record.json``: everything but the hash and the manifest bytes."""
+        return {name: getattr(self, name) for name in _BODY_TYPES}
+
+    def record_json(self) -> bytes:
+        return canonical_json(self.body())
+
+    def computed_hash(self) -> str:
+        return sha256(self.record_json())
+
+    def to_summary(self, status: Status) -> dict[str, Any]:
+        """One row of ``deployctl history --output json``; ``status`` comes from ``status_of``."""
+        return {
+            "revision": self.revision,
+            "status": status,
+            "description": self.description,
+            "timestamp": self.timestamp,
+            "actor": self.actor,
+            "profile_hash": self.profile_hash,
+            "image": self.image,
+        }
+
+
+# The keys of record.json and the JSON types each may hold. Parsing is strict: a record that
+# does not fit was not written by this version of deployctl, and guessing would break the hash.
+_BODY_TYPES: dict[str, tuple[type, ...]] = {
+    "release": (str,),
+    "namespace": (str,),
+    "revision": (int,),
+    "outcome": (str,),
+    "description": (str,),
+    "timestamp": (str,),
+    "actor": (dict,),
+    "model": (dict,),
+    "image": (str,),
+    "profile_hash": (str,),
+    "profile": (str,),
+    "plan": (dict, type(None)),
+    "gate": (dict, type(None)),
+    "failure": (dict, type(None)),
+    "rollback_of": (int, type(None)),
+    "manifests_sha256": (str,),
+    "prev_hash": (str,),
+}
+
+
+# -- encoding -------------------------------------------------------------------------------------
+
+
+def canonical_json(value: Any) -> bytes:
+    """Sorted keys, no whitespace, UTF-8: the same value always gives the same bytes to hash.
+
+    NaN and infinity are refused: they are not JSON, and other tools could not read the record.
+    """
+    return json.dumps(
+        value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+    ).encode()
+
+
+def sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def gzip_bytes(data: bytes) -> bytes:
+    """Deterministic gzip: no mtime, no file name and a fixed OS byte (``gzip.compress`` in 3.11
+    takes the OS byte from zlib), so the same manifests give the same stored bytes anywhere."""
+    buffer = io.BytesIO()
+    with gzip.GzipFile(filename="", fileobj=buffer, mode="wb", compresslevel=9, mtime=0) as f:
+        f.write(data)
+    return buffer.getvalue()
+
+
+def record_name(release: str, revision: int) -> str:
+    return f"deployctl.{release}.v{revision}"
+
+
+def record_from_body(body: Mapping[str, Any], *, hash: str, manifests: bytes) -> Record:
+    """Check a parsed ``record.json`` field by field and build the Record; ValueError says what is wrong."""
+    missing = sorted(set(_BODY_TYPES) - set(body))
+    unknown = sorted(set(body) - set(_BODY_TYPES))
+    if missing or unknown:
+        raise ValueError(f"missing keys {missing}, unknown keys {unknown}")
+    for key, types in _BODY_TYPES.items():
+        value = body[key]
+        # bool is an int in Python but not a revision number in JSON
+        if not isinstance(value, types) or (isinstance(value, bool) and bool not in types):
+            raise ValueError(
+                f"{key} is {type(value).__name__}, expected {' or '.join(t.__name__ for t in types)}"
+            )
+    if body["outcome"] not in ("deployed", "failed"):
+        raise ValueError(f"outcome is {body['outcome']!r}, expected 'deployed' or 'failed'")
+    model = body["model"]
+    if (
+        set(model) != {"name", "revision"}
+        or not isinstance(model["name"], str)
+        or not isinstance(model["revision"], (str, type(None)))
+    ):
+        raise ValueError(f"model is {model!r}, expected {{'name': str, 'revision': str or null}}")
+    return Record(**body, hash=hash, manifests=manifests)
+
+
+def to_configmap(record: Record) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {
+            "name": record_name(record.release, record.revision),
+            "namespace": record.namespace,
+            "labels": {
+                LABEL_RECORD: "true",
+                LABEL_RELEASE: record.release,
+                LABEL_REVISION: str(record.revision),
+                LABEL_OUTCOME: record.outcome,
+                "app.kubernetes.io/managed-by": "deployctl",
+            },
+            "annotations": {ANNOTATION_HASH: record.hash},
+        },
+        # The API server then refuses any change to data/binaryData: an edit needs delete and
+        # re-create, which the hash chain (and the new uid) shows.
+        "immutable": True,
+        "data": {RECORD_KEY: record.record_json().decode()},
+        "binaryData": {MANIFESTS_KEY: base64.b64encode(gzip_bytes(record.manifests)).decode()},
+    }
+
+
+def from_configmap(cm: Mapping[str, Any]) -> Record:
+    """Parse a record ConfigMap; ValueError says what is unreadable."""
+    meta = cm.get("metadata") or {}
+    text = (cm.get("data") or {}).get(RECORD_KEY)
+    packed = (cm.get("binaryData") or {}).get(MANIFESTS_KEY)
+    if text is None or packed is None:
+        raise ValueError(f"it lacks data[{RECORD_KEY!r}] or binaryData[{MANIFESTS_KEY!r}]")
+    try:
+        body = json.loads(text)
+        manifests = gzip.decompress(base64.b64decode(packed, validate=True))
+    except (ValueError, binascii.Error, OSError, EOFError, zlib.error) as e:
+        raise ValueError(str(e)) from e
+    if not isinstance(body, dict):
+        raise ValueError(f"{RECORD_KEY} is not a JSON object")
+    stored_hash = str((meta.get("annotations") or {}).get(ANNOTATION_HASH, ""))
+    return record_from_body(body, hash=stored_hash, manifests=manifests)
+
+
+# -- the store ------------------------------------------------------------------------------------
+
+
+def load_history(kube: Cluster, release: str, namespace: str) -> list[Record]:
+    """All records of a release, oldest first.
+
+    Raises AuditFailed when a record cannot be parsed: it was edited outside deployctl, and
+    history, rollback and verify must not go on as if it were not there.
+    """
+    items, _ = kube.list("ConfigMap", namespace, labels=f"{LABEL_RECORD}=true,{LABEL_RELEASE}={release}")
+    records: list[Record] = []
+    unreadable: list[str] = []
+    for cm in items:
+        name = cm.get("metadata", {}).get("name", "?")
+        try:
+            records.append(from_configmap(cm))
+        except ValueError as e:
+            unreadable.append(f"{name} ({errors.shorten(str(e), 160)})")
+    if unreadable:
+        raise errors.AuditFailed(
+            f"release {release!r} in namespace {namespace!r} has unreadable records: "
+            f"{'; '.join(unreadable)}. They were changed outside deployctl; compare with an exported copy "
+            "(deployctl audit verify --against)"
+        )
+    return sorted(records, key=lambda r: r.revision)
+
+
+def append(
+    kube: Cluster,
+    release: str,
+    namespace: str,
+    *,
+    outcome: Outcome,
+    description: str,
+    manifests: bytes,
+    profile_text: str,
+    plan: dict[str, Any] | None,
+    gate: dict[str, Any] | None,
+    failure: dict[str, str] | None,
+    rollback_of: int | None,
+    model: ModelRef,
+    image: str,
+    profile_hash: str,
+    actor: dict[str, Any],
+    now: datetime.datetime | None = None,
+) -> Record:
+    """Store the next revision of ``release`` and return it.
+
+    The next number is the last one + 1 and ``prev_hash`` is the last record's stored hash (so an
+    earlier edit that did not update the chain stays visible). If another writer took that number
+    first, the API server answers Conflict and we re-read and try the next one.
+    """
+    timestamp = (now or datetime.datetime.now(datetime.timezone.utc)).astimezone(datetime.timezone.utc)
+    for _ in range(APPEND_ATTEMPTS):
+        history = load_history(kube, release, namespace)
+        last = history[-1] if history else None
+        body: dict[str, Any] = {
+            "release": release,
+            "namespace": namespace,
+            "revision": last.revision + 1 if last else 1,
+            "outcome": outcome,
+            "description": description,
+            "timestamp": timestamp.strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "actor": actor,
+            "model": {"name": model["name"], "revision": model["revision"]},
+            "image": image,
+            "profile_hash": profile_hash,
+            "profile": profile_text,
+            "plan": plan,
+            "gate": gate,
+            "failure": failure,
+            "rollback_of": rollback_of,
+            "manifests_sha256": sha256(manifests),
+            "prev_hash": last.hash if last else "",
+        }
+        try:
+            record = record_from_body(body, hash=sha256(canonical_json(body)), manifests=manifests)
+        except (TypeError, ValueError) as e:
+            raise errors.UsageError(
+                f"cannot record revision {body['revision']} of {release!r}: {e}. "
+                "The plan, gate report and actor must be plain JSON objects (no NaN, no other types)"
+            ) from e
+        try:
+            kube.create(to_configmap(record))
+        except errors.Conflict:
+            name = record_name(release, record.revision)
+            if kube.get("ConfigMap", name, namespace) is not None and record.revision not in {
+                r.revision for r in load_history(kube, release, namespace)
+            }:
+                # Not a race: an object holds the name without the record labels, so every retry
+                # would meet it again.
+                raise errors.AuditFailed(
+                    f"ConfigMap {name} in namespace {namespace!r} exists but is not a record of release "
+                    f"{release!r} (its labels were changed or removed); inspect it with kubectl before "
+                    "deploying"
+                ) from None
+            continue
+        return record
+    raise errors.Conflict(
+        f"could not store a record for release {release!r} in namespace {namespace!r}: another writer took "
+        f"the next revision {APPEND_ATTEMPTS} times in a row. Is a deployctl running without the "
+        "release lock?"
+    )
+
+
+def actor(kube_user: str, env: Mapping[str, str]) -> dict[str, Any]:
+    """Who acted: the user the API server authenticated, and the CI job when there is one."""
+    ci = {name: env[name][:_CI_VALUE_LIMIT] for name in CI_VARIABLES if env.get(name)}
+    return {"user": kube_user, "ci": ci}
+
+
+# -- reading history ------------------------------------------------------------------------------
+
+
+def status_of(history: Sequence[Record]) -> dict[int, Status]:
+    """Revision → status: the newest deployed record is ``deployed`` (live), older deployed ones are
+    ``superseded``, and failed ones stay ``failed``.
+
+    ``deployed`` means "the newest revision that passed": when the newest record is failed and its
+    automatic rollback failed too, the cluster may still run the failed revision's objects.
+    """
+    current = live(history)
+    statuses: dict[int, Status] = {}
+    for record in history:
+        if record.outcome == "failed":
+            statuses[record.revision] = "failed"
+        else:
+            statuses[record.revision] = "deployed" if record is current else "superseded"
+    return statuses
+
+
+def summaries(history: Sequence[Record]) -> list[dict[str, Any]]:
+    """``deployctl history --output json``: one summary per revision, oldest first."""
+    statuses = status_of(history)
+    return [record.to_summary(statuses[record.revision]) for record in history]
+
+
+def live(history: Sequence[Record]) -> Record | None:
+    """The newest record that was deployed and passed; the target of an automatic rollback."""
+    return next((r for r in reversed(history) if r.outcome == "deployed"), None)
+
+
+def last_good_before(history: Sequence[Record], revision: int) -> Record | None:
+    """The newest deployed record older than ``revision`` whose manifests differ from its own.
+
+    Say revision 1 installed A, 2 upgraded to B, 3 tried C and failed its gate, and 4 is the
+    automatic "rollback to 2", live again with B's bytes. An engineer who now asks to roll back
+    means "go back to before B": 3 failed and 2 holds exactly what already runs, so the answer
+    is 1. Failed records and records with the same bytes as ``revision`` are skipped; None when
+    nothing earlier is different.
+    """
+    by_revision = {r.revision: r for r in history}
+    if revision not in by_revision:
+        raise errors.NotFound(f"revision {revision} is not in the history ({_revisions(history)})")
+    current = by_revision[revision].manifests_sha256
+    return next(
+        (
+            r
+            for r in reversed(history)
+            if r.revision < revision and r.outcome == "deployed" and r.manifests_sha256 != current
+        ),
+        None,
+    )
+
+
+def rollback_target(history: Sequence[Record]) -> Record | None:
+    """What ``deployctl rollback`` without ``--to`` restores.
+
+    If the newest record failed (an upgrade or rollback whose own rollback did not finish), the
+    cluster may be running its bytes, so the target is the live record: restore the last good
+    state. Otherwise the target is ``last_good_before`` the live record. Re-applying the live
+    bytes is harmless (server-side apply is idempotent and the gate runs again), whereas going
+    one step further back than the engineer meant would not be.
+    """
+    current = live(history)
+    if current is None:
+        return None
+    if history[-1].outcome == "failed":
+        return current
+    return last_good_before(history, current.revision)
+
+
+def get(history: Sequence[Record], revision: int) -> Record:
+    """Revision ``revision``, or NotFound naming the revisions there are (for ``rollback --to``)."""
+    for record in history:
+        if record.revision == revision:
+            return record
+    raise errors.NotFound(f"revision {revision} is not in the history ({_revisions(history)})")
+
+
+def _revisions(history: Sequence[Record]) -> str:
+    if not history:
+        return "the release has no records"
+    return f"it has revisions {history[0].revision} to {history[-1].revision}"
