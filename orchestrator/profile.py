@@ -17,7 +17,7 @@ from typing import Annotated, Any, Literal
 import pydantic
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 
-from orchestrator import catalog, errors, strictyaml
+from orchestrator import catalog, errors, strictyaml, vllm_flags
 
 API_VERSION = "deployctl/v1"
 KIND = "InferenceProfile"
@@ -245,6 +245,28 @@ class EngineSpec(_Model):
         default_factory=list,
         description="Names of Secrets for the internal registry (only names are stored).",
     )
+
+    @pydantic.field_validator("extraArgs")
+    @classmethod
+    def _known_flags(cls, v: list[str], info: pydantic.ValidationInfo) -> list[str]:
+        if not v:
+            return v
+        secret = next((a for a in v if vllm_flags.normalize(a) == "--api-key"), None)
+        if secret is not None:
+            raise ValueError(
+                "--api-key in extraArgs would put a secret into the profile and the release records; "
+                "set VLLM_API_KEY from a Secret in your image or admission policy instead"
+            )
+        version = info.data.get("vllmVersion", DEFAULT_VLLM_VERSION)
+        if version not in vllm_flags.known_versions():
+            raise ValueError(
+                f"cannot check extraArgs: deployctl has no flag list for vLLM {version} (known: "
+                f"{', '.join(vllm_flags.known_versions())}); generate one with scripts/gen_vllm_flags.py {version}"
+            )
+        problems = vllm_flags.check(v, version)
+        if problems:
+            raise ValueError("; ".join(f"[{p.index}] {p.arg!r}: {p.message}" for p in problems))
+        return v
 
     @pydantic.model_validator(mode="after")
     def _pinned_image(self) -> EngineSpec:

@@ -159,3 +159,23 @@ def test_missing_file_and_directory_are_usage_errors(tmp_path: pathlib.Path) -> 
         profile.load(tmp_path / "nope.yaml")
     with pytest.raises(errors.UsageError, match="is a directory"):
         profile.load(tmp_path)
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        ('["--max-num-seq", "8"]', "abbreviation of --max-num-seqs"),
+        ('["--enable-chunk-prefill"]', "did you mean --enable-chunked-prefill"),
+        ('["--tensor-parallel-size", "2"]', "set by deployctl from engine.tensorParallelSize"),
+        ('["--api-key", "sk-123"]', "would put a secret into the profile"),
+    ],
+)
+def test_extra_args_are_checked_against_the_vllm_flag_list(args: str, expected: str) -> None:
+    text = _minimal(engine=f"engine:\n  image: r{DIGEST}\n  maxModelLen: 4096\n  extraArgs: {args}\n")
+    assert expected in _error(text)
+
+
+def test_known_extra_args_pass() -> None:
+    text = _minimal(engine=f"engine:\n  image: r{DIGEST}\n  maxModelLen: 4096\n"
+                    '  extraArgs: ["--enable-chunked-prefill", "--max-logprobs", "5"]\n')
+    assert profile.loads(text).engine.extraArgs[0] == "--enable-chunked-prefill"
