@@ -24,7 +24,7 @@ from orchestrator.profile import Profile
 
 MANAGED_KINDS = ("Deployment", "Service", "ServiceAccount", "PodDisruptionBudget", "NetworkPolicy")
 RELEASE_LABEL = rollout.RELEASE_LABEL
-PROFILE_HASH_ANNOTATION = "deployctl.dev/profile-hash"
+PROFILE_HASH_ANNOTATION = render.PROFILE_HASH_ANNOTATION
 GATE_ERROR_RETRIES = 2
 
 Reporter = Callable[[str, str], None]  # (phase, message)

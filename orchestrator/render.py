@@ -1,0 +1,540 @@
+"""Profile → Kubernetes objects: the Jinja2 manifests, the Helm chart's values, and deployctl's RBAC.
+
+Every setting is resolved once, here in Python, into ``Values``: the Helm chart's values, whose
+JSON schema is the chart's values.schema.json. The Jinja2 templates in ``manifests/`` and the
+chart's Go templates only place those values into objects, so ``deployctl render`` and
+``helm template`` fed ``deployctl render --format helm-values`` give the same objects, and a test
+holds them to it. The output is deterministic: the same profile gives the same bytes.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.resources
+import importlib.util
+import json
+import math
+import pathlib
+import re
+from collections.abc import Mapping
+from typing import Any, Literal
+
+import jinja2
+import yaml
+from pydantic import BaseModel, ConfigDict, Field
+
+from orchestrator import catalog, planner
+from orchestrator import profile as profiles
+
+CHART_NAME = "vllm-inference"  # also app.kubernetes.io/name, as in a chart made by `helm create`
+MANAGED_BY = "deployctl"  # the Helm chart writes the same, so both renders carry equal labels
+RELEASE_LABEL = "deployctl.dev/release"  # pruning and the rollout watch find objects by it
+PROFILE_HASH_ANNOTATION = "deployctl.dev/profile-hash"
+GPU_RESOURCE = "nvidia.com/gpu"
+GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
+
+# The official vllm/vllm-openai image's ENTRYPOINT is `vllm serve`, but older images used
+# `python3 -m vllm.entrypoints.openai.api_server`, which takes no positional model. Naming the
+# command ourselves makes the args mean the same on either; the model goes first, positionally,
+# because `vllm serve --model` is deprecated.
+SERVE_COMMAND = ("vllm", "serve")
+
+# Pod Security "restricted" needs a non-root user. The official image has none (it runs as
+# root), so we pick a numeric uid, which the kubelet can check without reading /etc/passwd,
+# and give it a writable HOME for the caches vLLM and its kernels write (torch.compile, Triton,
+# FlashInfer). The weights must then be readable by any user (0644 files, 0755 directories).
+RUN_AS_UID = 1000
+HOME_DIR = "/home/vllm"
+
+OFFLINE_ENV = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "VLLM_NO_USAGE_STATS", "DO_NOT_TRACK")
+
+# Start-up time when the profile does not give engine.startupSeconds: a fixed part (CUDA and
+# NCCL initialisation, torch.compile, CUDA-graph capture, which do not grow with the weights)
+# plus reading the pod's weights at an assumed 250 MiB/s, what a busy NFS or Ceph claim
+# sustains; local NVMe is ten times faster, so this errs long. Llama 3 70B in bf16 (131 GiB)
+# comes to about 14 minutes, an 8B model to about 6.
+STARTUP_FIXED_SECONDS = 300
+STORAGE_MIB_PER_SECOND = 250
+PROBE_PERIOD_SECONDS = 10
+
+# The pod's last words: vLLM stops taking requests on SIGTERM and finishes what it can; a
+# minute covers short completions without holding a GPU node through a drain for long.
+TERMINATION_GRACE_SECONDS = 60
+
+# What rollout.strategy means before preflight has looked at the cluster. "auto" takes the
+# choice that can never hang: surge needs a free GPU slot, which nobody has checked yet.
+_STRATEGIES: dict[str, dict[str, Any]] = {
+    "surge": {"type": "RollingUpdate", "maxSurge": 1, "maxUnavailable": 0},
+    "no-surge": {"type": "RollingUpdate", "maxSurge": 0, "maxUnavailable": 1},
+    "auto": {"type": "RollingUpdate", "maxSurge": 0, "maxUnavailable": 1},
+    "recreate": {"type": "Recreate"},
+}
+
+# Objects in the order they are applied: the NetworkPolicy exists before the first pod can
+# reach out, the ServiceAccount before the pods that name it.
+_WORKLOAD_TEMPLATES = (
+    ("serviceaccount.yaml.j2", True),
+    ("networkpolicy.yaml.j2", False),  # only with airgap.denyEgress
+    ("service.yaml.j2", True),
+    ("poddisruptionbudget.yaml.j2", True),
+    ("deployment.yaml.j2", True),
+)
+_RBAC_TEMPLATE = "rbac/deployctl.yaml.j2"
+
+
+# --- the chart's values ------------------------------------------------------------------------
+
+
+class _Values(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ImageValues(_Values):
+    reference: str = Field(
+        description="vLLM OpenAI-server image, pinned by digest (`repo@sha256:…`) so every replica and "
+        "every rollback runs the same bytes."
+    )
+    pullPolicy: Literal["IfNotPresent", "Always", "Never"] = Field(
+        default="IfNotPresent",
+        description="Image pull policy; a digest never changes, so pulling once is enough.",
+    )
+
+
+class ImagePullSecret(_Values):
+    name: str = Field(description="Name of a Secret of type kubernetes.io/dockerconfigjson.")
+
+
+class StrategyValues(_Values):
+    # Flat rather than the Deployment's own shape: Helm merges a values map into the chart's
+    # default, and {type: Recreate} would inherit the default's rollingUpdate, which the API
+    # server rejects. Here the template simply leaves the two numbers out for Recreate.
+    type: Literal["RollingUpdate", "Recreate"] = Field(
+        default="RollingUpdate", description="Deployment strategy type; Recreate stops every pod first."
+    )
+    maxSurge: int | str = Field(
+        default=0,
+        description="Extra pods during a rolling update (count or percent). 0 by default: a surge pod needs "
+        "free GPUs, else it stays Pending and the rollout never ends.",
+    )
+    maxUnavailable: int | str = Field(
+        default=1, description="Pods a rolling update may take down at once (count or percent)."
+    )
+
+
+class ServerValues(_Values):
+    command: list[str] = Field(
+        default=list(SERVE_COMMAND),
+        description="Container command; `vllm serve` in every vLLM image since 0.5.",
+    )
+    args: list[str] = Field(
+        description="Arguments of `vllm serve`: the model path first, then the flags deployctl derived from "
+        "the profile, then the profile's extraArgs (a later flag wins)."
+    )
+    port: int = Field(
+        default=8000, ge=1, le=65535, description="Port of the OpenAI-compatible API and /health."
+    )
+    env: list[dict[str, Any]] = Field(
+        default_factory=list,
+        description="Container environment (Kubernetes EnvVars): HOME, the air-gap switches, HF_TOKEN.",
+    )
+
+
+class ModelValues(_Values):
+    servedName: str = Field(
+        description="Model name clients send (`--served-model-name`), shown in NOTES.txt."
+    )
+    claimName: str = Field(
+        default="",
+        description="PersistentVolumeClaim holding the weights, mounted read-only; empty: use hostPath.",
+    )
+    hostPath: str = Field(
+        default="",
+        description="Node directory holding the weights, used when claimName is empty (mounted read-only).",
+    )
+    mountPath: str = Field(
+        default="/models", description="Where the weights volume appears in the container."
+    )
+
+
+class DisruptionValues(_Values):
+    minAvailable: int = Field(
+        default=0,
+        ge=0,
+        description="Pods that must stay available during a drain; 0: use maxUnavailable instead.",
+    )
+    maxUnavailable: int = Field(
+        default=1, ge=0, description="Pods a drain may take at once; used when minAvailable is 0."
+    )
+
+
+class NetworkPolicyValues(_Values):
+    enabled: bool = Field(
+        default=True,
+        description="Render a NetworkPolicy: ingress only on the serving port, egress only to DNS.",
+    )
+    allowEgressCIDRs: list[str] = Field(
+        default_factory=list, description="CIDRs the pods may still reach (all ports), e.g. a metrics sink."
+    )
+
+
+class Values(_Values):
+    """The Helm chart's values: every setting resolved from a profile, as both templates use it."""
+
+    nameOverride: str = Field(default="", description="Replaces the chart name in `app.kubernetes.io/name`.")
+    fullnameOverride: str = Field(
+        default="",
+        description="Name of every object; deployctl sets the profile's metadata.name. Empty: release name.",
+    )
+    vllmVersion: str = Field(description="vLLM version in the image, shown as `app.kubernetes.io/version`.")
+    profileHash: str = Field(
+        default="",
+        description="SHA-256 of the profile these values came from (annotation deployctl.dev/profile-hash).",
+    )
+    commonLabels: dict[str, str] = Field(
+        default_factory=dict, description="Extra labels on every object (the profile's metadata.labels)."
+    )
+    image: ImageValues = Field(description="The vLLM image.")
+    imagePullSecrets: list[ImagePullSecret] = Field(
+        default_factory=list, description="Secrets for pulling from the internal registry."
+    )
+    replicaCount: int = Field(
+        default=1, ge=1, description="Model copies; each holds all the GPUs of one pod."
+    )
+    strategy: StrategyValues = Field(default_factory=StrategyValues, description="How pods are replaced.")
+    progressDeadlineSeconds: int = Field(
+        default=1800, ge=1, description="Deployment progress deadline; large models take minutes to load."
+    )
+    revisionHistoryLimit: int = Field(
+        default=10, ge=0, description="Old ReplicaSets kept for `kubectl rollout undo`."
+    )
+    server: ServerValues = Field(description="The vLLM server container.")
+    model: ModelValues = Field(description="The weights and where they are mounted.")
+    resources: dict[str, Any] = Field(
+        description="Container resources: GPUs (request = limit), CPU request, memory request = limit."
+    )
+    shmSizeLimit: str = Field(
+        default="1Gi", description="Size of the memory-backed /dev/shm NCCL uses between the pod's GPUs."
+    )
+    startupProbe: dict[str, Any] = Field(
+        description="Startup probe on /health; failureThreshold × periodSeconds is the time allowed to load."
+    )
+    readinessProbe: dict[str, Any] = Field(description="Readiness probe on /health.")
+    livenessProbe: dict[str, Any] = Field(
+        description="Liveness probe on /health; patient: a busy server is slow, a restart costs minutes."
+    )
+    podSecurityContext: dict[str, Any] = Field(
+        description="Pod security context (Pod Security `restricted`)."
+    )
+    securityContext: dict[str, Any] = Field(
+        description="Container security context (Pod Security `restricted`)."
+    )
+    podLabels: dict[str, str] = Field(default_factory=dict, description="Extra labels on the pods.")
+    podAnnotations: dict[str, str] = Field(default_factory=dict, description="Extra annotations on the pods.")
+    nodeSelector: dict[str, str] = Field(default_factory=dict, description="Node labels a pod requires.")
+    affinity: dict[str, Any] = Field(
+        default_factory=dict, description="Pod affinity: the required GPU product and NVLink node labels."
+    )
+    tolerations: list[dict[str, Any]] = Field(default_factory=list, description="Tolerations of the pods.")
+    priorityClassName: str = Field(default="", description="PriorityClass of the pods; empty: none.")
+    runtimeClassName: str = Field(
+        default="", description="RuntimeClass of the pods; empty: the cluster default."
+    )
+    terminationGracePeriodSeconds: int = Field(
+        default=TERMINATION_GRACE_SECONDS, ge=0, description="Seconds a stopping pod gets to finish requests."
+    )
+    podDisruptionBudget: DisruptionValues = Field(
+        default_factory=DisruptionValues, description="How many pods a node drain may take at once."
+    )
+    networkPolicy: NetworkPolicyValues = Field(
+        default_factory=NetworkPolicyValues, description="The air-gap NetworkPolicy."
+    )
+
+
+# --- resolving a profile -------------------------------------------------------------------------
+
+
+def helm_values(profile: profiles.Profile) -> dict[str, Any]:
+    """The chart's values for a profile: what `deployctl render --format helm-values` prints."""
+    return _resolve(profile, None).model_dump(mode="json")
+
+
+def _resolve(profile: profiles.Profile, strategy: Mapping[str, Any] | None) -> Values:
+    engine, placement, rollout = profile.engine, profile.placement, profile.rollout
+    source = profile.model.source
+    gpus = str(profile.gpus_per_pod)
+    startup = startup_seconds(profile)
+    return Values(
+        fullnameOverride=profile.metadata.name,
+        vllmVersion=engine.vllmVersion,
+        profileHash=profile.spec_hash(),
+        commonLabels=_sorted(profile.metadata.labels),
+        image=ImageValues(reference=engine.image),
+        imagePullSecrets=[ImagePullSecret(name=n) for n in engine.imagePullSecrets],
+        replicaCount=rollout.replicas,
+        strategy=_strategy(strategy)
+        if strategy is not None
+        else StrategyValues(**_STRATEGIES[rollout.strategy]),
+        progressDeadlineSeconds=rollout.progressDeadlineSeconds,
+        revisionHistoryLimit=rollout.revisionHistory,
+        server=ServerValues(args=_server_args(profile), port=engine.port, env=_env(profile)),
+        model=ModelValues(
+            servedName=profile.model.name,
+            claimName=source.pvc if isinstance(source, profiles.PvcSource) else "",
+            hostPath=source.hostPath if isinstance(source, profiles.HostPathSource) else "",
+            mountPath=source.mountPath,
+        ),
+        resources={
+            # No CPU limit: CFS throttling stalls the tokenizer and scheduler loop under load.
+            "requests": {"cpu": engine.cpu, "memory": engine.memory, GPU_RESOURCE: gpus},
+            "limits": {"memory": engine.memory, GPU_RESOURCE: gpus},
+        },
+        shmSizeLimit=engine.shmSize or ("16Gi" if profile.gpus_per_pod > 1 else "1Gi"),
+        startupProbe=_probe(timeout=5, failures=math.ceil(startup / PROBE_PERIOD_SECONDS)),
+        readinessProbe=_probe(timeout=5, failures=3),
+        livenessProbe=_probe(timeout=10, failures=6, period=30),
+        podSecurityContext={
+            "runAsNonRoot": True,
+            "runAsUser": RUN_AS_UID,
+            "runAsGroup": RUN_AS_UID,
+            "seccompProfile": {"type": "RuntimeDefault"},
+        },
+        securityContext={"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}},
+        podLabels=_sorted(placement.podLabels),
+        podAnnotations=_sorted(placement.podAnnotations),
+        nodeSelector=_sorted(placement.nodeSelector),
+        affinity=_affinity(profile),
+        tolerations=[t.model_dump(mode="json", exclude_none=True) for t in placement.tolerations],
+        priorityClassName=placement.priorityClassName or "",
+        runtimeClassName=placement.runtimeClassName or "",
+        podDisruptionBudget=_disruption(rollout.replicas),
+        networkPolicy=NetworkPolicyValues(
+            enabled=profile.airgap.denyEgress, allowEgressCIDRs=list(profile.airgap.allowEgressCIDRs)
+        ),
+    )
+
+
+def _strategy(spec: Mapping[str, Any]) -> StrategyValues:
+    """A Deployment ``spec.strategy`` (as preflight gives it) in the values' flat shape."""
+    rolling = spec.get("rollingUpdate") or {}
+    return StrategyValues(
+        type=spec["type"], **{k: v for k, v in rolling.items() if k in ("maxSurge", "maxUnavailable")}
+    )
+
+
+def _server_args(profile: profiles.Profile) -> list[str]:
+    engine = profile.engine
+    source = profile.model.source
+    path = source.path if isinstance(source, profiles.PvcSource) else source.mountPath
+    args = [
+        path,
+        "--served-model-name", profile.model.name,
+        "--tensor-parallel-size", str(engine.tensorParallelSize),
+    ]  # fmt: skip
+    if engine.pipelineParallelSize > 1:
+        args += ["--pipeline-parallel-size", str(engine.pipelineParallelSize)]
+    args += ["--max-model-len", str(engine.maxModelLen), "--max-num-seqs", str(engine.maxNumSeqs)]
+    if engine.maxNumBatchedTokens is not None:
+        args += ["--max-num-batched-tokens", str(engine.maxNumBatchedTokens)]
+    if engine.kvCacheDtype != "auto":
+        args += ["--kv-cache-dtype", engine.kvCacheDtype]
+    args += [
+        "--gpu-memory-utilization", str(engine.gpuMemoryUtilization),
+        "--enable-prefix-caching" if engine.enablePrefixCaching else "--no-enable-prefix-caching",
+        # vLLM's default host is IPv4-any today; saying it keeps the Service working if that changes.
+        "--host", "0.0.0.0",
+        "--port", str(engine.port),
+    ]  # fmt: skip
+    return args + list(engine.extraArgs)
+
+
+def _env(profile: profiles.Profile) -> list[dict[str, Any]]:
+    env: list[dict[str, Any]] = [{"name": "HOME", "value": HOME_DIR}]
+    if profile.airgap.offline:
+        env += [{"name": name, "value": "1"} for name in OFFLINE_ENV]
+    if profile.model.credentialsSecret:
+        env.append(
+            {
+                "name": "HF_TOKEN",
+                "valueFrom": {"secretKeyRef": {"name": profile.model.credentialsSecret, "key": "token"}},
+            }
+        )
+    return env
+
+
+def startup_seconds(profile: profiles.Profile) -> int:
+    """Seconds a pod may take to load before the startup probe restarts it (the probe allows at least this).
+
+    engine.startupSeconds when given, else the estimate described at STARTUP_FIXED_SECONDS.
+    """
+    if profile.engine.startupSeconds is not None:
+        return profile.engine.startupSeconds
+    weights_gib = planner.plan(profile).weights_gib_per_gpu * profile.gpus_per_pod
+    return math.ceil(STARTUP_FIXED_SECONDS + weights_gib * 1024 / STORAGE_MIB_PER_SECOND)
+
+
+def _probe(*, timeout: int, failures: int, period: int = PROBE_PERIOD_SECONDS) -> dict[str, Any]:
+    return {
+        "httpGet": {"path": "/health", "port": "http"},
+        "periodSeconds": period,
+        "timeoutSeconds": timeout,
+        "failureThreshold": failures,
+    }
+
+
+def _affinity(profile: profiles.Profile) -> dict[str, Any]:
+    expressions: list[dict[str, Any]] = []
+    if profile.placement.matchGpuProduct and profile.hardware.gpu:
+        products = sorted(catalog.gpu(profile.hardware.gpu).product_labels)
+        expressions.append({"key": GPU_PRODUCT_LABEL, "operator": "In", "values": products})
+    if profile.nvlink_required:
+        label = profile.placement.nvlinkLabel
+        expressions.append({"key": label.key, "operator": "In", "values": [label.value]})
+    if not expressions:
+        return {}
+    terms = [{"matchExpressions": expressions}]
+    return {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": terms}}}
+
+
+def _disruption(replicas: int) -> DisruptionValues:
+    # One replica: maxUnavailable 1, since minAvailable 1 would block every node drain for good
+    # (one replica pauses serving on a drain whatever we write). More: minAvailable N-1, so a
+    # drain takes one GPU node's replica at a time and the others keep serving.
+    if replicas == 1:
+        return DisruptionValues(maxUnavailable=1)
+    return DisruptionValues(minAvailable=replicas - 1, maxUnavailable=0)
+
+
+def _sorted(mapping: Mapping[str, str]) -> dict[str, str]:
+    # Maps from the profile keep the file's key order; sorting makes equal profiles render equally.
+    return dict(sorted(mapping.items()))
+
+
+# --- templates -------------------------------------------------------------------------------------
+
+
+def render(profile: profiles.Profile, strategy: Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
+    """The release's Kubernetes objects in apply order.
+
+    ``strategy`` is the Deployment strategy preflight chose from the cluster's free GPUs; without
+    it, rollout.strategy decides, and "auto" replaces one pod at a time, which never hangs.
+    """
+    values = _resolve(profile, strategy).model_dump(mode="json")
+    labels = _labels(values)
+    context = {
+        "values": values,
+        "name": values["fullnameOverride"],
+        "namespace": profile.metadata.namespace,
+        "labels": labels,
+        "selector": _selector(values),
+        "annotations": {PROFILE_HASH_ANNOTATION: values["profileHash"]},
+        # Ours last, as in _labels: the selector labels and the profile hash are not overridable.
+        "pod_labels": {**values["podLabels"], **labels},
+        # Not on the pod template: a change to SLOs or gate settings must not restart (and reload) the pods.
+        "pod_annotations": dict(values["podAnnotations"]),
+    }
+    objects: list[dict[str, Any]] = []
+    for template, always in _WORKLOAD_TEMPLATES:
+        if always or values["networkPolicy"]["enabled"]:
+            objects.extend(_render_template(template, context))
+    return objects
+
+
+def rbac(namespace: str, service_account: str = "deployctl") -> list[dict[str, Any]]:
+    """What deployctl itself may do: a Role in ``namespace``, read-only nodes and pods cluster-wide.
+
+    Returns the ServiceAccount, Role, RoleBinding, ClusterRole and ClusterRoleBinding.
+    """
+    return _render_template(_RBAC_TEMPLATE, {"namespace": namespace, "service_account": service_account})
+
+
+def _labels(values: Mapping[str, Any]) -> dict[str, str]:
+    # Ours are set last: a profile label must not change what the selectors match.
+    return {
+        **values["commonLabels"],
+        **_selector(values),
+        "app.kubernetes.io/component": "inference-server",
+        "app.kubernetes.io/part-of": "llm-inference",
+        "app.kubernetes.io/managed-by": MANAGED_BY,
+        "app.kubernetes.io/version": values["vllmVersion"],
+        RELEASE_LABEL: values["fullnameOverride"],
+    }
+
+
+def _selector(values: Mapping[str, Any]) -> dict[str, str]:
+    # Never the version: a Deployment's selector cannot change after creation.
+    return {
+        "app.kubernetes.io/name": values["nameOverride"] or CHART_NAME,
+        "app.kubernetes.io/instance": values["fullnameOverride"],
+    }
+
+
+def _render_template(template: str, context: Mapping[str, Any]) -> list[dict[str, Any]]:
+    text = _environment().get_template(template).render(context)
+    return [doc for doc in yaml.safe_load_all(text) if doc]
+
+
+@functools.cache
+def _environment() -> jinja2.Environment:
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(_templates_dir())),
+        undefined=jinja2.StrictUndefined,  # a missing value is an error, never an empty string
+        keep_trailing_newline=True,
+        autoescape=False,  # YAML, not HTML; values are escaped by the json filter instead
+    )
+    env.filters["json"] = _to_json
+    return env
+
+
+def _to_json(value: Any) -> str:
+    """The template filter: values go in as JSON, which is YAML, so quoting is never our problem."""
+
+    def not_json(obj: Any) -> Any:
+        if isinstance(obj, jinja2.Undefined):
+            str(obj)  # StrictUndefined raises UndefinedError here, naming the missing value
+        raise TypeError(f"a {type(obj).__name__} cannot go into a manifest")
+
+    return json.dumps(value, sort_keys=True, ensure_ascii=False, default=not_json)
+
+
+def _templates_dir() -> pathlib.Path:
+    # Installed, the templates are the package orchestrator.manifests; in a source checkout that
+    # package does not exist and they sit beside orchestrator/ in manifests/.
+    if importlib.util.find_spec("orchestrator.manifests") is not None:
+        return pathlib.Path(str(importlib.resources.files("orchestrator.manifests")))
+    return pathlib.Path(__file__).resolve().parent.parent / "manifests"
+
+
+# --- output ----------------------------------------------------------------------------------------
+
+
+def to_yaml(objects: list[dict[str, Any]]) -> str:
+    """One YAML stream, keys sorted as `kubectl get -o yaml` shows them: same objects, same bytes."""
+    return "---\n".join(
+        yaml.safe_dump(obj, sort_keys=True, default_flow_style=False, allow_unicode=True, width=1 << 16)
+        for obj in objects
+    )
+
+
+_FILE_NAME = re.compile(r"^\d{2}-[a-z]+-(?P<name>[a-z0-9-]+)\.yaml$")
+
+
+def write(objects: list[dict[str, Any]], out_dir: str | pathlib.Path) -> list[pathlib.Path]:
+    """One file per object, ``NN-kind-name.yaml`` (NN keeps `kubectl apply -f DIR` in apply order).
+
+    Files this function wrote earlier for the same release names and no longer renders (say, the
+    NetworkPolicy after denyEgress was turned off) are removed, so a GitOps folder never keeps a
+    stale object; other files are left alone.
+    """
+    out = pathlib.Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    written: list[pathlib.Path] = []
+    for index, obj in enumerate(objects):
+        path = out / f"{index:02d}-{obj['kind'].lower()}-{obj['metadata']['name']}.yaml"
+        path.write_text(to_yaml([obj]), encoding="utf-8")
+        written.append(path)
+    names = {obj["metadata"]["name"] for obj in objects}
+    for path in sorted(out.iterdir()):
+        match = _FILE_NAME.match(path.name)
+        if match and match["name"] in names and path not in written:
+            path.unlink()
+    return written
