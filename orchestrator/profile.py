@@ -41,6 +41,19 @@ def _dns_label(value: str, what: str) -> str:
     return value
 
 
+_RESERVED_LABEL_PREFIXES = ("app.kubernetes.io/", "deployctl.dev/")
+
+
+def _no_reserved_labels(labels: dict[str, str]) -> dict[str, str]:
+    taken = sorted(k for k in labels if k.startswith(_RESERVED_LABEL_PREFIXES))
+    if taken:
+        raise ValueError(
+            f"label(s) {', '.join(taken)} are set by deployctl (selectors and pruning rely on them); "
+            "use your own prefix, e.g. example.com/team"
+        )
+    return labels
+
+
 class Metadata(_Model):
     name: str = Field(
         description="Release name: a DNS-1123 label (≤63 chars). Names the Deployment, Service and the release "
@@ -61,6 +74,11 @@ class Metadata(_Model):
     @classmethod
     def _name(cls, v: str) -> str:
         return _dns_label(v, "release name")
+
+    @pydantic.field_validator("labels")
+    @classmethod
+    def _labels(cls, v: dict[str, str]) -> dict[str, str]:
+        return _no_reserved_labels(v)
 
     @pydantic.field_validator("namespace")
     @classmethod
@@ -357,6 +375,11 @@ class PlacementSpec(_Model):
         default=None,
         description="RuntimeClass of the pods (e.g. `nvidia` where the GPU operator sets one up).",
     )
+
+    @pydantic.field_validator("podLabels")
+    @classmethod
+    def _pod_labels(cls, v: dict[str, str]) -> dict[str, str]:
+        return _no_reserved_labels(v)
 
 
 class RolloutSpec(_Model):

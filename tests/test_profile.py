@@ -179,3 +179,10 @@ def test_known_extra_args_pass() -> None:
     text = _minimal(engine=f"engine:\n  image: r{DIGEST}\n  maxModelLen: 4096\n"
                     '  extraArgs: ["--enable-chunked-prefill", "--max-logprobs", "5"]\n')
     assert profile.loads(text).engine.extraArgs[0] == "--enable-chunked-prefill"
+
+
+def test_reserved_label_prefixes_are_refused() -> None:
+    text = _minimal(metadata="metadata:\n  name: m\n  labels: {app.kubernetes.io/name: x}\n")
+    assert "set by deployctl" in _error(text)
+    text = _minimal() + "placement:\n  podLabels: {deployctl.dev/release: other}\n"
+    assert "set by deployctl" in _error(text)
