@@ -45,7 +45,7 @@ class Options:
 
 @dataclasses.dataclass
 class Outcome:
-    result: str  # deployed | refused | rolled_back | failed | held
+    result: str  # deployed | refused | rolled_back | failed
     release: str
     namespace: str
     exit_code: ExitCode
@@ -278,14 +278,14 @@ def _deploy(
         profile_hash=base.profile_hash,
         actor=base.actor,
     )
-    held = gate_json is not None and gate_json.get("verdict") == gate.Verdict.INCONCLUSIVE.name.lower()
     message = f"revision {record.revision} of {name} is deployed ({description})"
-    if held:
-        message += "; the smoke gate was inconclusive, so the release is held, not promoted: " + str(
-            gate_json.get("summary") if gate_json else ""
-        )
+    warnings = []
+    if gate_json is not None and gate_json.get("verdict") == gate.Verdict.INCONCLUSIVE.label:
+        # Inconclusive is no evidence against the revision, so it is kept, not rolled back, and
+        # the reason is said so that a person decides (e.g. rerun `deployctl gate` off-peak).
+        warnings.append(f"the smoke gate was inconclusive and did not judge this revision: {gate_json.get('summary')}")
     return Outcome(
-        "held" if held else "deployed",
+        "deployed",
         name,
         namespace,
         ExitCode.OK,
@@ -293,6 +293,7 @@ def _deploy(
         revision=record.revision,
         timings=dict(timings),
         gate=gate_json,
+        warnings=warnings,
     )
 
 

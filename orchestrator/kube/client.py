@@ -113,21 +113,27 @@ class Kube:
     ) -> Any:
         headers = {"Accept": "application/json", "Content-Type": content_type}
         try:
-            resp = self._api.call_api(
-                path,
+            serialized = self._api.param_serialize(
                 method,
+                path,
                 query_params=query or [],
                 header_params=headers,
                 body=body,
                 auth_settings=["BearerToken"],
-                _preload_content=False,
-                _return_http_data_only=True,
-                _request_timeout=(CONNECT_TIMEOUT, read_timeout),
             )
+            resp = self._api.call_api(*serialized, _request_timeout=(CONNECT_TIMEOUT, read_timeout)).response
         except k8s.ApiException as e:
-            raise self._api_error(e, method, path, what) from e
+            raise self._api_error(e.status, e.body, e.reason, method, path, what) from e
+        except k8s.exceptions.OpenApiException as e:  # a request the client itself refused to build
+            raise errors.ClusterError(f"{what or path}: {errors.shorten(str(e), 200)}") from e
         except (urllib3.exceptions.HTTPError, OSError, ssl.SSLError) as e:
             raise self._transport_error(e) from e
+        if resp.status >= 400:
+            try:
+                error_body = resp.data
+            finally:
+                resp.release_conn()
+            raise self._api_error(resp.status, error_body, resp.reason, method, path, what)
         if stream:
             return resp
         try:
@@ -151,28 +157,30 @@ class Kube:
             f"cannot reach the Kubernetes API at {self.server} (context {self.context!r}): {cause}"
         )
 
-    def _api_error(self, e: k8s.ApiException, method: str, path: str, what: str) -> errors.ClusterError:
-        message = ""
+    def _api_error(
+        self, status: int, body: bytes | str | None, reason: str | None, method: str, path: str, what: str
+    ) -> errors.ClusterError:
+        text = body.decode("utf-8", "replace") if isinstance(body, bytes) else (body or "")
         try:
-            message = json.loads(e.body or "{}").get("message", "")
+            message = str(json.loads(text or "{}").get("message", ""))
         except (ValueError, AttributeError):
-            message = str(e.body or "")
-        message = errors.shorten(message or str(e.reason), 300)
+            message = text
+        message = errors.shorten(message or str(reason), 300)
         subject = what or f"{method} {path}"
-        if e.status == 401:
+        if status == 401:
             return errors.ClusterError(
                 f"the API server at {self.server} rejected the credentials of context {self.context!r} "
                 f"(401 Unauthorized: expired or wrong token/certificate?); refresh the kubeconfig"
             )
-        if e.status == 403:
+        if status == 403:
             return errors.Forbidden(f"forbidden: {message}. Grant it in the Role (see manifests/rbac/)")
-        if e.status == 404:
+        if status == 404:
             return errors.NotFound(f"{subject}: not found ({message})")
-        if e.status == 409:
+        if status == 409:
             return errors.Conflict(f"{subject}: conflict ({message})")
-        if e.status == 410:
+        if status == 410:
             return errors.WatchExpired(f"{subject}: {message}")
-        return errors.ClusterError(f"{subject}: the API server answered {e.status}: {message}")
+        return errors.ClusterError(f"{subject}: the API server answered {status}: {message}")
 
     # -- verbs ------------------------------------------------------------------------------
 

@@ -28,7 +28,11 @@ class PortForwarder:
     """``with PortForwarder(kube, ns, pod, 8000) as pf: url = f"http://127.0.0.1:{pf.local_port}"``."""
 
     def __init__(self, kube: Kube, namespace: str, pod: str, port: int) -> None:
-        self._core = k8s.CoreV1Api(kube.api_client)
+        # kubernetes.stream swaps ``call_api`` on the ApiClient it is given while it opens a
+        # websocket, so the forwarder has a client of its own and opens one socket at a time:
+        # sharing the caller's client would send its ordinary requests down the websocket path.
+        self._core = k8s.CoreV1Api(k8s.ApiClient(kube.api_client.configuration))
+        self._open_lock = threading.Lock()
         self._kube = kube
         self.namespace = namespace
         self.pod = pod
@@ -70,12 +74,13 @@ class PortForwarder:
 
     def _open_remote(self) -> Any:
         try:
-            return k8s_portforward(
-                self._core.connect_get_namespaced_pod_portforward,
-                self.pod,
-                self.namespace,
-                ports=str(self.port),
-            )
+            with self._open_lock:
+                return k8s_portforward(
+                    self._core.connect_get_namespaced_pod_portforward,
+                    self.pod,
+                    self.namespace,
+                    ports=str(self.port),
+                )
         except (ApiException, websocket.WebSocketException, OSError) as e:
             raise errors.ClusterError(
                 f"port-forward to pod {self.namespace}/{self.pod}:{self.port} failed: {errors.shorten(str(e), 200)}"
