@@ -310,7 +310,8 @@ def run_smoke(
         input_tokens=smoke.inputTokens,
         output_tokens=smoke.outputTokens,
         warmup=smoke.warmup,
-        timeout=float(smoke.timeoutSeconds),
+        duration=float(smoke.timeoutSeconds),  # the whole run is bounded; requests are the cap
+        timeout=min(float(smoke.timeoutSeconds), 120.0),
     )
     verdict: gate.GateReport | None = None
     for attempt in range(1, GATE_ERROR_RETRIES + 2):

@@ -9,11 +9,10 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator, Callable, Sequence
-from typing import Union
 
 import httpx
 
-Step = Union[float, bytes, Exception]
+Step = float | bytes | Exception
 
 
 class FakeClock:

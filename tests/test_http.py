@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gzip
 import json
 
 import httpx
@@ -118,10 +119,10 @@ def test_leaving_a_stream_early_closes_the_response() -> None:
     )
 
     async def go() -> None:
-        async with client_for(transport) as client:
-            async with contextlib.aclosing(client.stream_post("/v1/chat/completions", b"{}")) as chunks:
-                async for _ in chunks:
-                    break
+        client = client_for(transport)
+        async with client, contextlib.aclosing(client.stream_post("/v1/chat/completions", b"{}")) as chunks:
+            async for _ in chunks:
+                break
 
     asyncio.run(go())
     assert closed == [True]
@@ -184,3 +185,13 @@ def test_served_models_raises_unreachable_for_a_refused_connection() -> None:
     with pytest.raises(http.EndpointUnreachable) as caught:
         http.served_models("http://infer.test:8000", transport=httpx.MockTransport(refuse))
     assert isinstance(caught.value.__cause__, httpx.ConnectError)
+
+
+def test_a_server_that_compresses_anyway_is_decoded() -> None:
+    body = gzip.compress(token_event("a") + DONE_EVENT)
+    transport = httpx.MockTransport(
+        lambda _: httpx.Response(
+            200, headers={"content-encoding": "gzip"}, stream=Script(FakeClock(), [body])
+        )
+    )
+    assert b"".join(chunk for _, chunk in collect(client_for(transport))) == token_event("a") + DONE_EVENT

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 from collections.abc import Sequence
 
@@ -17,7 +18,11 @@ def data(obj: object) -> bytes:
 
 
 def token(text: str) -> dict[str, object]:
-    return {"id": "c1", "object": "chat.completion.chunk", "choices": [{"index": 0, "delta": {"content": text}}]}
+    return {
+        "id": "c1",
+        "object": "chat.completion.chunk",
+        "choices": [{"index": 0, "delta": {"content": text}}],
+    }
 
 
 ROLE = {"choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}]}
@@ -45,7 +50,7 @@ def decode(chunks: Sequence[bytes]) -> list[sse.Event]:
 
 def splits(blob: bytes, cuts: Sequence[int]) -> list[bytes]:
     edges = [0, *sorted(cuts), len(blob)]
-    return [blob[a:b] for a, b in zip(edges, edges[1:], strict=False)]
+    return [blob[a:b] for a, b in itertools.pairwise(edges)]
 
 
 def kinds(events: Sequence[sse.Event]) -> list[sse.Kind]:

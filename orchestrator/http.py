@@ -1,0 +1,256 @@
+"""The only module that imports httpx: HTTP to the inference endpoint, with our own errors.
+
+Everything the health gate and the smoke benchmark send goes through here. httpx exceptions are
+converted at this boundary (``raise ... from e``) into children of
+:class:`orchestrator.errors.EndpointError`, so no library exception reaches the pipeline:
+
+* :class:`EndpointUnreachable`: connection refused, DNS failure, connect timeout.
+* :class:`EndpointTimeout`: a stalled stream (no byte within the read timeout) or a write/pool timeout.
+* :class:`EndpointStatusError`: an HTTP status other than the one expected.
+* :class:`EndpointProtocolError`: the connection dropped or the answer was not what HTTP/JSON allows.
+
+Proxy variables from the environment are ignored (``trust_env=False``): the endpoint is an
+in-cluster or on-prem address, and a proxy in the path would both distort timings and send
+benchmark traffic somewhere it was never meant to go.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+from collections.abc import AsyncGenerator, Callable
+from typing import Any
+
+import httpx
+
+from orchestrator import errors
+
+Clock = Callable[[], float]
+
+# Keep-alive must outlive the gap between two requests of one stream slot, and a connection may
+# sit idle during warm-up → measurement hand-over; 60 s is what vLLM's own benchmark uses.
+KEEPALIVE_EXPIRY_S = 60.0
+CONNECT_TIMEOUT_S = 10.0
+_ERROR_BODY_LIMIT = 2048  # bytes of an error answer worth reading for the message
+
+
+class EndpointUnreachable(errors.EndpointError):
+    """No connection could be made (refused, unknown host, connect timeout)."""
+
+
+class EndpointTimeout(errors.EndpointError):
+    """Connected, but the server went silent for longer than the read timeout."""
+
+
+class EndpointStatusError(errors.EndpointError):
+    """The server answered with an unexpected HTTP status; ``status`` and a cut ``body`` are kept."""
+
+    def __init__(self, message: str, status: int, body: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.body = body
+
+
+class EndpointProtocolError(errors.EndpointError):
+    """The connection dropped mid-answer or the answer broke HTTP or JSON rules."""
+
+
+def _convert(exc: httpx.HTTPError, url: str) -> errors.EndpointError:
+    """Map an httpx exception onto ours; the message names the URL, the condition and the fix."""
+    detail = errors.shorten(str(exc) or type(exc).__name__, 200)
+    if isinstance(exc, (httpx.ConnectError, httpx.ConnectTimeout)):
+        return EndpointUnreachable(
+            f"{url}: cannot connect ({detail}); check that the server is up and the URL and port are right"
+        )
+    if isinstance(exc, httpx.TimeoutException):
+        return EndpointTimeout(
+            f"{url}: no data within the read timeout ({type(exc).__name__}); the server is stalled "
+            "or overloaded, or the timeout is too short for this load"
+        )
+    if isinstance(exc, httpx.UnsupportedProtocol):
+        return EndpointUnreachable(f"{url}: unsupported URL scheme ({detail}); use http:// or https://")
+    return EndpointProtocolError(f"{url}: the connection failed mid-answer ({type(exc).__name__}: {detail})")
+
+
+def check_url(base_url: str) -> str:
+    """The URL without a trailing slash; UsageError if it can never work (not http(s), no host)."""
+    try:
+        url = httpx.URL(base_url)
+    except httpx.InvalidURL as e:
+        raise errors.UsageError(f"endpoint URL {base_url!r} is not a valid URL: {e}") from e
+    if url.scheme not in ("http", "https") or not url.host:
+        raise errors.UsageError(
+            f"endpoint URL {base_url!r} must look like http://host:port (got scheme {url.scheme!r})"
+        )
+    return base_url.rstrip("/")
+
+
+class StreamClient:
+    """An async HTTP client sized for ``concurrency`` simultaneous streams to one endpoint.
+
+    Use as ``async with StreamClient(...) as client``. ``read_timeout`` bounds the silence between
+    two reads, so a stream that stalls mid-answer fails after that long instead of hanging.
+    ``clock`` timestamps every chunk (tests inject a fake one); ``transport`` replaces the network
+    (tests pass ``httpx.MockTransport``).
+    """
+
+    def __init__(
+        self,
+        base_url: str,
+        concurrency: int,
+        *,
+        read_timeout: float,
+        connect_timeout: float = CONNECT_TIMEOUT_S,
+        clock: Clock = time.perf_counter,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
+        self.base_url = check_url(base_url)
+        self.clock = clock
+        self._client = httpx.AsyncClient(
+            base_url=self.base_url,
+            limits=httpx.Limits(
+                max_connections=concurrency,
+                max_keepalive_connections=concurrency,
+                keepalive_expiry=KEEPALIVE_EXPIRY_S,
+            ),
+            # The pool wait is bounded like a connect: every stream slot owns a connection, so
+            # waiting longer than that for one means the pool is misconfigured, not busy.
+            timeout=httpx.Timeout(
+                connect=connect_timeout, read=read_timeout, write=read_timeout, pool=connect_timeout
+            ),
+            transport=transport,
+            trust_env=False,
+            # Compression would make the server buffer tokens, which distorts inter-token timing.
+            headers={"Accept-Encoding": "identity"},
+        )
+
+    async def __aenter__(self) -> StreamClient:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        await self._client.aclose()
+
+    async def stream_post(
+        self, path: str, body: bytes, on_sent: Callable[[float], None] | None = None
+    ) -> AsyncGenerator[tuple[float, bytes], None]:
+        """POST a JSON ``body`` and yield ``(arrival_time, bytes)`` for each chunk as it arrives.
+
+        ``on_sent`` gets the clock time at which the request started going onto the wire. When
+        many requests start at once, httpx interleaves their sends, so that moment can be tens of
+        milliseconds after the call; it is the moment the server's clock starts, so latencies
+        measured from it do not charge the client's own send queue to the server. (It is not
+        called where no wire exists, as with a mock transport.)
+
+        A status other than 200 raises :class:`EndpointStatusError` before anything is yielded.
+        Close the iterator (``contextlib.aclosing``) when leaving it early, so the connection
+        goes back to the pool.
+        """
+        url = self.base_url + path
+        extensions: dict[str, Any] = {}
+        if on_sent is not None:
+            clock = self.clock
+
+            async def trace(event: str, info: dict[str, Any]) -> None:
+                if event.endswith("send_request_headers.started"):
+                    on_sent(clock())
+
+            extensions["trace"] = trace
+        request = self._client.build_request(
+            "POST", path, content=body, headers={"Content-Type": "application/json"}, extensions=extensions
+        )
+        try:
+            response = await self._client.send(request, stream=True)
+            try:
+                if response.status_code != 200:
+                    raise _status_error(url, response.status_code, await _read_some(response))
+                # Raw bytes skip httpx's decoder layer, a measurable share of the per-chunk cost;
+                # only a server that compresses despite "Accept-Encoding: identity" needs decoding.
+                encoded = response.headers.get("content-encoding", "identity") != "identity"
+                chunks = response.aiter_bytes() if encoded else response.aiter_raw()
+                async for chunk in chunks:
+                    yield self.clock(), chunk
+            finally:
+                await response.aclose()
+        except httpx.HTTPError as e:
+            raise _convert(e, url) from e
+
+
+async def _read_some(response: httpx.Response) -> bytes:
+    body = b""
+    async for chunk in response.aiter_bytes():
+        body += chunk
+        if len(body) >= _ERROR_BODY_LIMIT:
+            break
+    return body[:_ERROR_BODY_LIMIT]
+
+
+def _status_error(url: str, status: int, body: bytes) -> EndpointStatusError:
+    text = errors.shorten(body.decode("utf-8", errors="replace"), 300)
+    return EndpointStatusError(f"{url}: HTTP {status}: {text or '(empty body)'}", status=status, body=text)
+
+
+@dataclasses.dataclass(frozen=True)
+class HealthResult:
+    """One /health probe: ``ok`` only for HTTP 200; ``detail`` says what was seen otherwise."""
+
+    ok: bool
+    status: int | None
+    detail: str
+    elapsed_s: float
+
+
+def check_health(
+    base_url: str, *, timeout: float = 5.0, transport: httpx.BaseTransport | None = None
+) -> HealthResult:
+    """Probe ``GET {base_url}/health`` once; never raises for an unhealthy or unreachable server.
+
+    The caller polls until its deadline, so "not yet" is data, not an exception. Only a URL that
+    can never work raises (:class:`orchestrator.errors.UsageError`).
+    """
+    url = check_url(base_url) + "/health"
+    started = time.perf_counter()
+    try:
+        with _sync_client(timeout, transport) as client:
+            response = client.get(url)
+    except httpx.HTTPError as e:
+        return HealthResult(False, None, _convert(e, url).message, time.perf_counter() - started)
+    elapsed = time.perf_counter() - started
+    if response.status_code == 200:
+        return HealthResult(True, 200, "healthy", elapsed)
+    text = errors.shorten(response.text, 200)
+    return HealthResult(False, response.status_code, f"HTTP {response.status_code}: {text}", elapsed)
+
+
+def served_models(
+    base_url: str, *, timeout: float = 10.0, transport: httpx.BaseTransport | None = None
+) -> list[str]:
+    """The model ids that ``GET {base_url}/v1/models`` lists; raises an EndpointError on failure."""
+    url = check_url(base_url) + "/v1/models"
+    try:
+        with _sync_client(timeout, transport) as client:
+            response = client.get(url)
+    except httpx.HTTPError as e:
+        raise _convert(e, url) from e
+    if response.status_code != 200:
+        raise _status_error(url, response.status_code, response.content[:_ERROR_BODY_LIMIT])
+    try:
+        payload: Any = response.json()
+    except json.JSONDecodeError as e:
+        raise EndpointProtocolError(
+            f"{url}: the answer is not JSON: {errors.shorten(response.text, 200)}"
+        ) from e
+    entries = payload.get("data") if isinstance(payload, dict) else None
+    if not isinstance(entries, list):
+        raise EndpointProtocolError(
+            f"{url}: expected an OpenAI model list {{'data': [...]}}, "
+            f"got {errors.shorten(response.text, 200)}"
+        )
+    return [str(entry["id"]) for entry in entries if isinstance(entry, dict) and "id" in entry]
+
+
+def _sync_client(timeout: float, transport: httpx.BaseTransport | None) -> httpx.Client:
+    return httpx.Client(timeout=timeout, transport=transport, trust_env=False)
