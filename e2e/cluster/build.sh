@@ -14,14 +14,14 @@ command -v go >/dev/null || { echo "build.sh: 'go' is not on PATH; install Go >=
 export CGO_ENABLED=0 GOFLAGS="-trimpath -mod=mod"
 K8S_VERSION=$(sed -n 's/^require k8s.io\/kubernetes \(v[0-9.]*\)$/\1/p' "$TOOLS/kubernetes/go.mod")
 
-stamp_of() { # the inputs that decide a tool's bytes
-  (cd "$1" && cat go.mod go.sum *.go 2>/dev/null; go version) | sha256sum | cut -c1-16
+stamp_of() { # the inputs that decide a tool's bytes: its module, the Go version, the ldflags
+  (cd "$1" && cat go.mod go.sum *.go 2>/dev/null; go version; echo "$2") | sha256sum | cut -c1-16
 }
 
 # build TOOL_DIR PACKAGE OUTPUT [LDFLAGS]
 build() {
   local dir=$1 pkg=$2 out=$3 ldflags=${4:-}
-  local want; want=$(stamp_of "$dir")
+  local want; want=$(stamp_of "$dir" "$ldflags")
   if [[ -x $BIN/$out && -f $BIN/.$out.stamp && $(cat "$BIN/.$out.stamp") == "$want" ]]; then
     return 0
   fi
@@ -40,6 +40,15 @@ K8S_LDFLAGS="-X k8s.io/component-base/version.gitVersion=$K8S_VERSION \
  -X k8s.io/client-go/pkg/version.gitVersion=$K8S_VERSION \
  -X k8s.io/component-base/version/verflag.programName=kubernetes"
 
+# helm stamps its own version and, as the default for `helm template` and the lint rules,
+# the Kubernetes version of its client-go; unset, it assumes Kubernetes v1.20.
+HELM_VERSION=$(sed -n 's/^require helm.sh\/helm\/v3 \(v[0-9.]*\)$/\1/p' "$TOOLS/helm/go.mod")
+HELM_K8S_MINOR=$(sed -n 's/^\s*k8s.io\/client-go v0\.\([0-9]*\)\..*/\1/p' "$TOOLS/helm/go.mod")
+HELM_LDFLAGS="-X helm.sh/helm/v3/internal/version.version=$HELM_VERSION \
+ -X helm.sh/helm/v3/internal/version.gitTreeState=clean \
+ -X helm.sh/helm/v3/pkg/chartutil.k8sVersionMajor=1 -X helm.sh/helm/v3/pkg/chartutil.k8sVersionMinor=$HELM_K8S_MINOR \
+ -X helm.sh/helm/v3/pkg/lint/rules.k8sVersionMajor=1 -X helm.sh/helm/v3/pkg/lint/rules.k8sVersionMinor=$HELM_K8S_MINOR"
+
 want=${*:-sim etcd kube-apiserver kube-controller-manager kube-scheduler kwok helm kubectl}
 for tool in $want; do
   case $tool in
@@ -48,7 +57,7 @@ for tool in $want; do
     kube-apiserver|kube-controller-manager|kube-scheduler|kubectl)
       build "$TOOLS/kubernetes" "k8s.io/kubernetes/cmd/$tool" "$tool" "$K8S_LDFLAGS" ;;
     kwok) build "$TOOLS/kwok" sigs.k8s.io/kwok/cmd/kwok kwok ;;
-    helm) build "$TOOLS/helm" helm.sh/helm/v3/cmd/helm helm ;;
+    helm) build "$TOOLS/helm" helm.sh/helm/v3/cmd/helm helm "$HELM_LDFLAGS" ;;
     *) echo "build.sh: unknown tool '$tool'" >&2; exit 2 ;;
   esac
 done

@@ -1,0 +1,163 @@
+"""What the local cluster holds from its start: kwok's CRDs, the stages, the simulated nodes.
+
+Applied with server-side apply through a small stdlib client authenticated as the admin,
+since this runs before any other client is set up. kwok's own stage files and CRDs are read
+from its Go module (the version build.sh built kwok from), never copied into the repository.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import ssl
+import subprocess
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import components
+import pki
+import yaml
+
+FIELD_MANAGER = "deployctl-localcluster"
+# Stage files taken from kwok's module, with the delays we replace: kwok's general pod stages
+# wait 1-5 s at random per step, which would make the ready-delay annotation meaningless and
+# every test slow. None keeps kwok's delay. kwok's pod-ready is left out: sim-stages.yaml
+# decides when, and whether, a container becomes Ready.
+KWOK_STAGES: dict[str, dict[str, int] | None] = {
+    "kustomize/stage/node/fast/node-initialize.yaml": None,
+    "kustomize/stage/node/heartbeat-with-lease/node-heartbeat-with-lease.yaml": None,
+    "kustomize/stage/pod/general/pod-create.yaml": {"durationMilliseconds": 100},
+    "kustomize/stage/pod/general/pod-init-container-running.yaml": {"durationMilliseconds": 100},
+    "kustomize/stage/pod/general/pod-init-container-completed.yaml": {"durationMilliseconds": 100},
+    "kustomize/stage/pod/general/pod-complete.yaml": {"durationMilliseconds": 1000},
+    # The fast variant deletes at once instead of waiting out a random part of the grace period.
+    "kustomize/stage/pod/fast/pod-delete.yaml": None,
+}
+KWOK_CRD_DIR = "kustomize/crd/bases"
+OUR_STAGES = components.HERE / "sim-stages.yaml"
+NODES = components.HERE / "nodes.yaml"
+# The kinds applied here, and where they live in the API (all cluster-scoped).
+RESOURCE_PATHS = {
+    "CustomResourceDefinition": "/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
+    "Stage": "/apis/kwok.x-k8s.io/v1alpha1/stages",
+    "Node": "/api/v1/nodes",
+}
+
+
+class Api:
+    """Just enough of the Kubernetes API: GET, readiness probes and server-side apply."""
+
+    def __init__(self, layout: components.Layout, ports: components.Ports) -> None:
+        self._base = f"https://127.0.0.1:{ports.apiserver}"
+        self._pki = layout.pki
+        self._ctx: ssl.SSLContext | None = None
+
+    def ok(self, path: str) -> bool:
+        try:
+            return self._request("GET", path)[0] == 200
+        except OSError:  # connection refused while the API server starts, TLS errors
+            return False
+
+    def get(self, path: str) -> dict[str, Any]:
+        code, body = self._request("GET", path)
+        if code != 200:
+            raise components.ClusterError(f"GET {path}: HTTP {code}: {body[:300]!r}")
+        result: dict[str, Any] = json.loads(body)
+        return result
+
+    def apply(self, obj: dict[str, Any]) -> None:
+        """Server-side apply of an object of a kind in RESOURCE_PATHS."""
+        name = obj["metadata"]["name"]
+        path = f"{RESOURCE_PATHS[obj['kind']]}/{name}?fieldManager={FIELD_MANAGER}&force=true"
+        code, body = self._request("PATCH", path, json.dumps(obj).encode(), "application/apply-patch+yaml")
+        if code not in (200, 201):
+            raise components.ClusterError(f"applying {obj['kind']} {name}: HTTP {code}: {body[:300]!r}")
+
+    def _request(
+        self, method: str, path: str, body: bytes | None = None, content_type: str = "application/json"
+    ) -> tuple[int, bytes]:
+        headers = {"Content-Type": content_type, "Accept": "application/json"}
+        req = urllib.request.Request(self._base + path, data=body, method=method, headers=headers)
+        try:
+            with urllib.request.urlopen(req, context=self._context(), timeout=10) as resp:
+                return resp.status, resp.read()
+        except urllib.error.HTTPError as e:
+            return e.code, e.read()
+
+    def _context(self) -> ssl.SSLContext:
+        if self._ctx is None:  # built late: the PKI may not exist yet when the client is made
+            ctx = ssl.create_default_context(cafile=str(self._pki.ca_cert))
+            ctx.load_cert_chain(self._pki.cert(pki.ADMIN.file_stem), self._pki.key(pki.ADMIN.file_stem))
+            self._ctx = ctx
+        return self._ctx
+
+
+def kwok_module_dir() -> Path:
+    """kwok's Go module in the module cache: the exact version build.sh built kwok from."""
+    if not shutil.which("go"):
+        raise components.ClusterError(
+            "'go' is not on PATH; it finds kwok's stages and CRDs in the module cache"
+        )
+    out = subprocess.run(
+        ["go", "list", "-m", "-f", "{{.Dir}}", "sigs.k8s.io/kwok"],
+        cwd=components.HERE / "tools" / "kwok",
+        env={**os.environ, "GOFLAGS": "-mod=mod"},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if out.returncode != 0 or not out.stdout.strip():
+        raise components.ClusterError(
+            f"cannot locate the kwok module (go list: {out.stderr.strip()[:300]}); run e2e/cluster/build.sh"
+        )
+    return Path(out.stdout.strip())
+
+
+def apply_crds(api: Api, kwok_module: Path) -> list[str]:
+    """Apply kwok's CRDs; returns their names."""
+    crds = [doc for f in sorted((kwok_module / KWOK_CRD_DIR).glob("*.yaml")) for doc in _load_yaml(f)]
+    for crd in crds:
+        api.apply(crd)
+    return [crd["metadata"]["name"] for crd in crds]
+
+
+def crds_established(api: Api, names: list[str]) -> bool:
+    for name in names:
+        crd = api.get(f"{RESOURCE_PATHS['CustomResourceDefinition']}/{name}")
+        conditions = crd.get("status", {}).get("conditions", [])
+        if not any(c["type"] == "Established" and c["status"] == "True" for c in conditions):
+            return False
+    return True
+
+
+def apply_simulation(api: Api, kwok_module: Path) -> None:
+    """Apply the stages (kwok's, with our delays, then ours) and the nodes."""
+    for rel, delay in KWOK_STAGES.items():
+        for stage in _load_yaml(kwok_module / rel):
+            if delay is not None:
+                stage["spec"]["delay"] = delay
+            api.apply(stage)
+    for obj in [*_load_yaml(OUR_STAGES), *_load_yaml(NODES)]:
+        api.apply(obj)
+
+
+def unready_nodes(api: Api) -> list[str]:
+    """Nodes of nodes.yaml not yet usable: not Ready, or still tainted by the node lifecycle
+    controller (node.kubernetes.io/not-ready and friends), which keeps the scheduler away."""
+
+    def usable(node: dict[str, Any]) -> bool:
+        conditions = node.get("status", {}).get("conditions", [])
+        taints = node.get("spec", {}).get("taints", [])
+        ready = any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
+        return ready and not any(t["key"].startswith("node.kubernetes.io/") for t in taints)
+
+    wanted = {n["metadata"]["name"] for n in _load_yaml(NODES)}
+    ready = {n["metadata"]["name"] for n in api.get("/api/v1/nodes").get("items", []) if usable(n)}
+    return sorted(wanted - ready)
+
+
+def _load_yaml(path: Path) -> list[dict[str, Any]]:
+    return [doc for doc in yaml.safe_load_all(path.read_text()) if doc]

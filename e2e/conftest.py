@@ -1,0 +1,216 @@
+"""Fixtures of deployctl's end-to-end tests: the cluster, a namespace per test, simulators.
+
+The cluster is the local one from e2e/cluster/localcluster.py, started (or reused) once per
+session, unless E2E_KUBECONFIG names another cluster (kind, a real one) to run against.
+A session stops the local cluster at its end only if it started it, and never with
+E2E_KEEP_CLUSTER=1, which keeps the next run's start instant.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import secrets
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import kubernetes
+import pytest
+import yaml
+
+E2E_DIR = Path(__file__).resolve().parent
+# The cluster tooling is plain scripts (runnable as `python e2e/cluster/localcluster.py`),
+# not a package; importing them needs their directory on the path.
+sys.path.insert(0, str(E2E_DIR / "cluster"))
+import localcluster  # noqa: E402
+
+# vLLM simulator launcher; it (re)builds the binary through build.sh on first use.
+SIM = E2E_DIR / "sim"
+SIM_START_TIMEOUT_S = 600.0  # a cold build of the simulator included
+
+
+# --- cluster ------------------------------------------------------------------------------
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", "kwok: needs the kwok simulation (GPU nodes, pod behaviours, logs, port-forward)"
+    )
+
+
+@pytest.fixture(scope="session")
+def cluster() -> Iterator[localcluster.Cluster]:
+    """The cluster under test: E2E_KUBECONFIG's, or the local one (started or reused)."""
+    external = os.environ.get("E2E_KUBECONFIG")
+    if external:
+        yield localcluster.Cluster(Path(external).expanduser().resolve())
+        return
+    state_dir = os.environ.get("E2E_CLUSTER_STATE_DIR", ".cache/cluster")
+    already_running = not localcluster.status(state_dir)
+    started = localcluster.up(state_dir)
+    yield started
+    if not already_running and os.environ.get("E2E_KEEP_CLUSTER") != "1":
+        localcluster.down(state_dir)
+
+
+@pytest.fixture(scope="session")
+def _missing_simulation(api_client: kubernetes.client.ApiClient) -> str | None:
+    """Why the cluster lacks the kwok simulation, or None when it has it."""
+    groups = {g.name for g in kubernetes.client.ApisApi(api_client).get_api_versions().groups}
+    if "kwok.x-k8s.io" not in groups:
+        return "the cluster does not serve kwok.x-k8s.io"
+    nodes = {n.metadata.name for n in kubernetes.client.CoreV1Api(api_client).list_node().items}
+    wanted = {
+        d["metadata"]["name"] for d in yaml.safe_load_all((E2E_DIR / "cluster" / "nodes.yaml").read_text())
+    }
+    missing = sorted(wanted - nodes)
+    return f"the cluster lacks the simulated nodes {', '.join(missing)}" if missing else None
+
+
+@pytest.fixture(autouse=True)
+def _skip_without_simulation(request: pytest.FixtureRequest) -> None:
+    """Tests marked `kwok` skip on a cluster (E2E_KUBECONFIG) that does not run the simulation."""
+    if request.node.get_closest_marker("kwok"):
+        reason = request.getfixturevalue("_missing_simulation")
+        if reason:
+            pytest.skip(reason)
+
+
+@pytest.fixture(scope="session")
+def api_client(cluster: localcluster.Cluster) -> Iterator[kubernetes.client.ApiClient]:
+    """An official-client ApiClient authenticated as the cluster admin."""
+    with kubernetes.config.new_client_from_config(config_file=str(cluster.kubeconfig)) as client:
+        yield client
+
+
+@pytest.fixture
+def namespace(api_client: kubernetes.client.ApiClient, request: pytest.FixtureRequest) -> Iterator[str]:
+    """A fresh namespace named after the test, deleted afterwards.
+
+    Yields once its `default` ServiceAccount exists (pods are refused before that), and
+    after the test waits for its pods to be gone: the GPU nodes are shared, and a later
+    test must not find them still full.
+    """
+    core = kubernetes.client.CoreV1Api(api_client)
+    slug = re.sub(r"[^a-z0-9]+", "-", request.node.name.lower()).strip("-")[:40].rstrip("-")
+    name = f"e2e-{slug}-{secrets.token_hex(3)}"
+    core.create_namespace({"metadata": {"name": name, "labels": {"deployctl.dev/e2e": "true"}}})
+    _poll(
+        lambda: _exists(lambda: core.read_namespaced_service_account("default", name)),
+        30,
+        f"ServiceAccount default in namespace {name}",
+    )
+    yield name
+    core.delete_namespace(name)
+    # The namespace controller waits 5 s before it starts emptying a namespace; deleting the
+    # pods ourselves frees their GPUs at once. Once the namespace is terminating, no
+    # controller can create new ones.
+    core.delete_collection_namespaced_pod(name, grace_period_seconds=0)
+    _poll(lambda: not core.list_namespaced_pod(name).items, 60, f"pods of namespace {name} to be deleted")
+
+
+# --- simulators ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Simulator:
+    """A running vLLM simulator on 127.0.0.1."""
+
+    port: int
+    model: str
+    log: Path
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+
+@pytest.fixture
+def simulator(tmp_path: Path) -> Iterator[Callable[..., Simulator]]:
+    """Start vLLM simulators on free ports; they are stopped after the test.
+
+    `simulator(model="m", ttft_ms=50, itl_ms=10, max_num_seqs=4)` passes every keyword on as
+    `--kebab-case value`; it returns once the simulator's server is listening (with
+    --startup-seconds, /health still answers 503 for that long). Logs: tmp_path/sim-PORT.log.
+    """
+    running: list[subprocess.Popen[bytes]] = []
+
+    def start(model: str = "sim-model", ttft_ms: float = 20, itl_ms: float = 5, **flags: object) -> Simulator:
+        port = _free_port()
+        log = tmp_path / f"sim-{port}.log"
+        argv = [
+            str(SIM),
+            "--port",
+            str(port),
+            "--model",
+            model,
+            "--ttft-ms",
+            str(ttft_ms),
+            "--itl-ms",
+            str(itl_ms),
+        ]
+        for key, value in flags.items():
+            argv += [f"--{key.replace('_', '-')}", str(value)]
+        with log.open("wb") as out:
+            # A session of its own, so stopping it also stops anything the launcher forked.
+            proc = subprocess.Popen(
+                argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+            )
+        running.append(proc)
+
+        def listening() -> bool:
+            if proc.poll() is not None:
+                raise RuntimeError(f"simulator exited with {proc.returncode}:\n{log.read_text()[-2000:]}")
+            # Its one startup line ("listening on", or "not listening on" with --fault refuse).
+            return "listening on" in log.read_text(errors="replace")
+
+        _poll(listening, SIM_START_TIMEOUT_S, f"simulator on port {port} (log {log})")
+        return Simulator(port=port, model=model, log=log)
+
+    yield start
+    for proc in running:
+        _stop_group(proc)
+
+
+def _stop_group(proc: subprocess.Popen[bytes]) -> None:
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+# --- helpers ------------------------------------------------------------------------------
+
+
+def _exists(read: Callable[[], object]) -> bool:
+    try:
+        read()
+    except kubernetes.client.ApiException as e:
+        if e.status == 404:
+            return False
+        raise
+    return True
+
+
+def _poll(done: Callable[[], bool], timeout_s: float, what: str) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not done():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"timed out after {timeout_s:.0f} s waiting for {what}")
+        time.sleep(0.1)
