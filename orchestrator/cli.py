@@ -213,6 +213,11 @@ def _finish(outcome: Any, output_format: str) -> None:
     else:
         color = "green" if outcome.exit_code == ExitCode.OK else "red"
         click.echo(output.paint(outcome.result.upper(), color) + f": {outcome.message}")
+        if outcome.gate:
+            click.echo(f"  smoke gate: {outcome.gate.get('summary')}")
+        if outcome.timings:
+            phases = ", ".join(f"{k} {v:.1f}s" for k, v in outcome.timings.items())
+            click.echo(f"  timings: {phases}")
         for warning in outcome.warnings:
             click.echo(f"  warning: {warning}")
     sys.exit(int(outcome.exit_code))

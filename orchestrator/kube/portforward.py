@@ -22,6 +22,26 @@ from orchestrator import errors
 from orchestrator.kube.client import Kube
 
 _CHUNK = 65536
+_PROXY_THREAD_PREFIX = "Kubernetes port forward proxy"
+
+
+def _quiet_proxy_hangups(args: threading.ExceptHookArgs) -> None:
+    """Drop the client library's proxy-thread tracebacks for a peer that hung up.
+
+    The kubernetes client pumps each forwarded socket in a thread of its own and lets a reset
+    or broken pipe escape it when a local HTTP client closes a kept-alive connection; that is a
+    normal end of a connection, not an error, and must not print a traceback at the user.
+    """
+    thread_name = args.thread.name if args.thread is not None else ""
+    if thread_name.startswith(_PROXY_THREAD_PREFIX) and issubclass(
+        args.exc_type, (ConnectionResetError, BrokenPipeError)
+    ):
+        return
+    _previous_excepthook(args)
+
+
+_previous_excepthook = threading.excepthook
+threading.excepthook = _quiet_proxy_hangups
 
 
 class PortForwarder:
