@@ -17,16 +17,16 @@ from pathlib import Path
 from typing import Any
 
 import kubernetes
-import pytest
-from deployhelpers import deployctl, models_volume, profile, start_deployctl, write_profile
-
 import kwoksim
 import localcluster
+import pytest
+from deployhelpers import deployctl, models_volume, profile, start_deployctl, write_profile
 
 CUDA_OOM_LOG = """\
 INFO 11-29 10:00:01 [gpu_model_runner.py:2000] Model loading took 15.0 GiB
 ERROR 11-29 10:00:09 [core.py:700] EngineCore failed to start.
-torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 79.15 GiB of which 1.02 GiB is free.
+torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. \
+GPU 0 has a total capacity of 79.15 GiB of which 1.02 GiB is free.
 """
 
 
@@ -38,7 +38,9 @@ class Env:
     cluster: localcluster.Cluster
     api: kubernetes.client.ApiClient
 
-    def apply(self, doc: dict[str, Any], *extra: str, filename: str = "profile.yaml", timeout: float = 180) -> Any:
+    def apply(
+        self, doc: dict[str, Any], *extra: str, filename: str = "profile.yaml", timeout: float = 180
+    ) -> Any:
         path = write_profile(self.tmp, doc, filename)
         return deployctl(self.kubeconfig, "apply", str(path), "--output", "json", *extra, timeout=timeout)
 
@@ -58,8 +60,13 @@ class Env:
 
 
 @pytest.fixture
-def env(cluster: localcluster.Cluster, namespace: str, api_client: kubernetes.client.ApiClient,
-        simulator: Callable[..., Any], tmp_path: Path) -> Iterator[Env]:
+def env(
+    cluster: localcluster.Cluster,
+    namespace: str,
+    api_client: kubernetes.client.ApiClient,
+    simulator: Callable[..., Any],
+    tmp_path: Path,
+) -> Iterator[Env]:
     kubernetes.utils.create_from_yaml(api_client, yaml_objects=models_volume(namespace))
     good = simulator(model="sim-model", ttft_ms=20, itl_ms=5)
     kwoksim.forward_ports(cluster, namespace, {8000: good.port})
@@ -116,19 +123,37 @@ def test_profile_no_node_can_host_is_refused_before_anything_is_applied(env: Env
 def test_gpus_taken_at_run_time_is_detected_in_seconds_and_removed(env: Env) -> None:
     apps = kubernetes.client.AppsV1Api(env.api)
     blocker = {
-        "apiVersion": "apps/v1", "kind": "Deployment",
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
         "metadata": {"name": "batch-job", "namespace": env.namespace},
-        "spec": {"replicas": 2, "selector": {"matchLabels": {"app": "batch"}},
-                 "template": {"metadata": {"labels": {"app": "batch"}}, "spec": {
-                     "nodeSelector": {"deployctl.dev/nvlink": "true",
-                                      "nvidia.com/gpu.product": "NVIDIA-A100-SXM4-80GB"},
-                     "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists"}],
-                     "containers": [{"name": "train", "image": "registry.internal/train@sha256:" + "0" * 64,
-                                     "resources": {"limits": {"nvidia.com/gpu": "4"}}}]}}},
+        "spec": {
+            "replicas": 2,
+            "selector": {"matchLabels": {"app": "batch"}},
+            "template": {
+                "metadata": {"labels": {"app": "batch"}},
+                "spec": {
+                    "nodeSelector": {
+                        "deployctl.dev/nvlink": "true",
+                        "nvidia.com/gpu.product": "NVIDIA-A100-SXM4-80GB",
+                    },
+                    "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists"}],
+                    "containers": [
+                        {
+                            "name": "train",
+                            "image": "registry.internal/train@sha256:" + "0" * 64,
+                            "resources": {"limits": {"nvidia.com/gpu": "4"}},
+                        }
+                    ],
+                },
+            },
+        },
     }
     apps.create_namespaced_deployment(env.namespace, blocker)
-    _wait(lambda: (apps.read_namespaced_deployment("batch-job", env.namespace).status.ready_replicas or 0) == 2,
-          60, "blocker pods")
+    _wait(
+        lambda: (apps.read_namespaced_deployment("batch-job", env.namespace).status.ready_replicas or 0) == 2,
+        60,
+        "blocker pods",
+    )
     started = time.monotonic()
     result = env.apply(profile(env.namespace, tp=4))
     elapsed = time.monotonic() - started
@@ -146,9 +171,13 @@ def test_crash_loop_with_cuda_oom_is_explained_and_rolled_back(env: Env) -> None
     log = env.tmp / "oom.log"
     log.write_text(CUDA_OOM_LOG)
     kwoksim.set_namespace_logs(env.cluster, env.namespace, log)
-    bad = profile(env.namespace, engine={"maxNumSeqs": 31},
-                  placement={"podAnnotations": {"sim.deployctl.dev/behavior": "crash-loop",
-                                                "sim.deployctl.dev/backoff": "2s"}})
+    bad = profile(
+        env.namespace,
+        engine={"maxNumSeqs": 31},
+        placement={
+            "podAnnotations": {"sim.deployctl.dev/behavior": "crash-loop", "sim.deployctl.dev/backoff": "2s"}
+        },
+    )
     started = time.monotonic()
     result = env.apply(bad)
     assert result.code == 5, result.stdout + result.stderr
@@ -179,7 +208,9 @@ def test_failing_health_rolls_back_with_exit_6(env: Env, simulator: Callable[...
 def test_rollback_to_1_history_status_and_audit(env: Env) -> None:
     assert env.apply(profile(env.namespace)).code == 0
     assert env.apply(profile(env.namespace, engine={"maxNumSeqs": 16})).code == 0
-    result = deployctl(env.kubeconfig, "rollback", "llm", "-n", env.namespace, "--to", "1", "--output", "json")
+    result = deployctl(
+        env.kubeconfig, "rollback", "llm", "-n", env.namespace, "--to", "1", "--output", "json"
+    )
     assert result.code == 0, result.stdout + result.stderr
     assert result.json["revision"] == 3 and result.json["rolled_back_to"] == 1
     rows = env.history()
@@ -199,7 +230,10 @@ def test_audit_verify_reports_an_edited_record_with_its_revision(env: Env) -> No
     assert env.apply(profile(env.namespace)).code == 0
     assert env.apply(profile(env.namespace, engine={"maxNumSeqs": 16})).code == 0
     exported = env.tmp / "export.json"
-    assert deployctl(env.kubeconfig, "audit", "export", "llm", "-n", env.namespace, "-o", str(exported)).code == 0
+    assert (
+        deployctl(env.kubeconfig, "audit", "export", "llm", "-n", env.namespace, "-o", str(exported)).code
+        == 0
+    )
     core = kubernetes.client.CoreV1Api(env.api)
     name = "deployctl.llm.v1"
     cm = core.read_namespaced_config_map(name, env.namespace)
@@ -217,8 +251,18 @@ def test_audit_verify_reports_an_edited_record_with_its_revision(env: Env) -> No
     assert any(p["revision"] == 1 for p in result.json["problems"])
     # Deleting the newest record is caught against the export an auditor kept.
     core.delete_namespaced_config_map("deployctl.llm.v2", env.namespace)
-    against = deployctl(env.kubeconfig, "audit", "verify", "llm", "-n", env.namespace, "--against",
-                        str(exported), "--output", "json")
+    against = deployctl(
+        env.kubeconfig,
+        "audit",
+        "verify",
+        "llm",
+        "-n",
+        env.namespace,
+        "--against",
+        str(exported),
+        "--output",
+        "json",
+    )
     assert against.code == 9
     assert any(p["revision"] == 2 for p in against.json["problems"])
     offline = deployctl(env.kubeconfig, "audit", "verify", "--file", str(exported), "--output", "json")
@@ -226,8 +270,9 @@ def test_audit_verify_reports_an_edited_record_with_its_revision(env: Env) -> No
 
 
 def test_two_concurrent_applies_one_gets_exit_8(env: Env) -> None:
-    path = write_profile(env.tmp, profile(env.namespace, placement={
-        "podAnnotations": {"sim.deployctl.dev/ready-delay": "4s"}}))
+    path = write_profile(
+        env.tmp, profile(env.namespace, placement={"podAnnotations": {"sim.deployctl.dev/ready-delay": "4s"}})
+    )
     first = start_deployctl(env.kubeconfig, "apply", str(path), "--output", "json", log=env.tmp / "first.log")
     _wait(lambda: _lease_holder(env) is not None, 30, "the first apply to take the lock")
     second = deployctl(env.kubeconfig, "apply", str(path), "--output", "json")
@@ -237,8 +282,10 @@ def test_two_concurrent_applies_one_gets_exit_8(env: Env) -> None:
 
 
 def test_killed_apply_lock_expires_and_rerun_converges(env: Env) -> None:
-    path = write_profile(env.tmp, profile(env.namespace, placement={
-        "podAnnotations": {"sim.deployctl.dev/ready-delay": "30s"}}))
+    path = write_profile(
+        env.tmp,
+        profile(env.namespace, placement={"podAnnotations": {"sim.deployctl.dev/ready-delay": "30s"}}),
+    )
     proc = start_deployctl(env.kubeconfig, "apply", str(path), "--lock-ttl", "5", log=env.tmp / "killed.log")
     _wait(lambda: env.deployment() is not None, 30, "the apply to reach the watch")
     proc.send_signal(signal.SIGKILL)
@@ -260,7 +307,12 @@ def test_diff_shows_the_change_a_new_profile_would_make(env: Env) -> None:
     changed = write_profile(env.tmp, profile(env.namespace, engine={"maxNumSeqs": 8}), "changed.yaml")
     result = deployctl(env.kubeconfig, "diff", str(changed))
     assert result.code == 1, result.stderr
-    assert "Deployment/llm" in result.stdout and "+" in result.stdout and "'8'" in result.stdout or '"8"' in result.stdout
+    assert (
+        ("Deployment/llm" in result.stdout
+        and "+" in result.stdout
+        and "'8'" in result.stdout)
+        or '"8"' in result.stdout
+    )
 
 
 def test_gitops_gate_waits_for_the_synced_profile_then_gates_and_records(env: Env) -> None:
@@ -285,7 +337,9 @@ def test_gitops_gate_waits_for_the_synced_profile_then_gates_and_records(env: En
 
 def _lease_holder(env: Env) -> str | None:
     try:
-        lease = kubernetes.client.CoordinationV1Api(env.api).read_namespaced_lease("deployctl-llm", env.namespace)
+        lease = kubernetes.client.CoordinationV1Api(env.api).read_namespaced_lease(
+            "deployctl-llm", env.namespace
+        )
     except kubernetes.client.ApiException:
         return None
     holder: str | None = lease.spec.holder_identity

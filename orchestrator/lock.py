@@ -8,6 +8,7 @@ lock alive through multi-minute model loads.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import os
 import socket
@@ -171,7 +172,6 @@ class ReleaseLock:
             return
         current["spec"]["holderIdentity"] = None
         current["spec"].pop("renewTime", None)
-        try:
+        # A conflict means it was renewed or taken concurrently; the holder check above makes that rare.
+        with contextlib.suppress(errors.Conflict):
             self._kube.replace(current)
-        except errors.Conflict:
-            pass  # renewed or taken concurrently; the holder check above makes this rare and harmless

@@ -283,7 +283,9 @@ def _deploy(
     if gate_json is not None and gate_json.get("verdict") == gate.Verdict.INCONCLUSIVE.label:
         # Inconclusive is no evidence against the revision, so it is kept, not rolled back, and
         # the reason is said so that a person decides (e.g. rerun `deployctl gate` off-peak).
-        warnings.append(f"the smoke gate was inconclusive and did not judge this revision: {gate_json.get('summary')}")
+        warnings.append(
+            f"the smoke gate was inconclusive and did not judge this revision: {gate_json.get('summary')}"
+        )
     return Outcome(
         "deployed",
         name,
@@ -552,13 +554,17 @@ def rollback(name: str, namespace: str, to: int | None, options: Options, report
         if to is not None:
             target = releases.get(history, to)
             if target.outcome != "deployed":
-                raise errors.UsageError(f"revision {to} of {name} never passed its gate ({target.description}); "
-                                        "roll back to a revision that was deployed")
+                raise errors.UsageError(
+                    f"revision {to} of {name} never passed its gate ({target.description}); "
+                    "roll back to a revision that was deployed"
+                )
         else:
             found = releases.rollback_target(history)
             if found is None:
-                raise errors.UsageError(f"release {name} has no earlier good revision to roll back to; "
-                                        "pass --to N (see `deployctl history`)")
+                raise errors.UsageError(
+                    f"release {name} has no earlier good revision to roll back to; "
+                    "pass --to N (see `deployctl history`)"
+                )
             target = found
         problems = audit.verify(history, release=name, namespace=namespace)
         if any(p.revision == target.revision for p in problems):

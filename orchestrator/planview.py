@@ -21,14 +21,22 @@ def render_table(profile: Profile, plan: Plan, *, color: bool) -> str:
         ["GPU memory (as CUDA reports it)", f"{m.total_gib:.2f} GiB"],
         [f"budget (× gpuMemoryUtilization {i['gpu_memory_utilization']})", f"{m.budget_gib:.2f} GiB"],
         ["  weights", f"{m.weights_gib:.2f} GiB"],
-        [f"  activation peak ({i['max_num_batched_tokens']} batched tokens)", f"{m.activation_peak_gib:.2f} GiB"],
+        [
+            f"  activation peak ({i['max_num_batched_tokens']} batched tokens)",
+            f"{m.activation_peak_gib:.2f} GiB",
+        ],
         ["  non-torch (CUDA context, NCCL)", f"{m.non_torch_gib:.2f} GiB"],
         ["  CUDA graphs", f"{m.cuda_graphs_gib:.2f} GiB"],
         ["  KV cache", f"{m.kv_cache_gib:.2f} GiB"],
         ["headroom outside the budget", f"{m.headroom_gib:.2f} GiB"],
-        [f"KV per token per GPU ({i['kv_cache_dtype']}, {i['kv_heads_per_gpu']} KV heads/GPU)",
-         f"{plan.kv_bytes_per_token_per_gpu:,} B ({plan.kv_bytes_per_token_per_gpu / 1024:.0f} KiB)"],
-        ["KV cache size", f"{plan.kv_cache_tokens:,} tokens ({plan.kv_cache_blocks:,} blocks of {i['block_size']})"],
+        [
+            f"KV per token per GPU ({i['kv_cache_dtype']}, {i['kv_heads_per_gpu']} KV heads/GPU)",
+            f"{plan.kv_bytes_per_token_per_gpu:,} B ({plan.kv_bytes_per_token_per_gpu / 1024:.0f} KiB)",
+        ],
+        [
+            "KV cache size",
+            f"{plan.kv_cache_tokens:,} tokens ({plan.kv_cache_blocks:,} blocks of {i['block_size']})",
+        ],
         [f"max concurrency at {i['max_model_len']:,} tokens", f"{plan.max_concurrency:.2f}×"],
         ["maxNumSeqs", f"{i['max_num_seqs']}"],
     ]
@@ -45,6 +53,10 @@ def render_table(profile: Profile, plan: Plan, *, color: bool) -> str:
     lines += ["", f"verdict: {painted}"]
     for f in plan.findings:
         sev = f.severity
-        label = f"\033[{ {'red': '31', 'yellow': '33', 'dim': '2'}[_SEVERITY_COLOR[sev]] }m{sev}\033[0m" if color else sev
+        label = (
+            f"\033[{ {'red': '31', 'yellow': '33', 'dim': '2'}[_SEVERITY_COLOR[sev]] }m{sev}\033[0m"
+            if color
+            else sev
+        )
         lines.append(f"  {label}: {f.message}")
     return "\n".join(lines)

@@ -603,7 +603,9 @@ def _describe(exc: pydantic.ValidationError, doc: strictyaml.Document, source: s
         where = f" (line {line})" if line else ""
         problems.append((line or 0, f"  {field}{where}: {_message(err, loc, doc)}"))
     problems.sort(key=lambda item: item[0])  # in file order, as the user reads it
-    return "\n".join([f"{source}: {len(problems)} problem(s) in the profile:"] + [text for _, text in problems])
+    return "\n".join(
+        [f"{source}: {len(problems)} problem(s) in the profile:"] + [text for _, text in problems]
+    )
 
 
 def _clean_loc(loc: tuple[Any, ...]) -> Loc:

@@ -351,15 +351,17 @@ class _Judge:
         name = pod["metadata"]["name"]
         status = pod.get("status") or {}
         for cond in status.get("conditions") or []:
-            if (
+            unschedulable = (
                 cond.get("type") == "PodScheduled"
                 and cond.get("status") == "False"
                 and cond.get("reason") == "Unschedulable"
+            )
+            if (
+                unschedulable
+                and self._persisted(f"unsched:{name}", UNSCHEDULABLE_GRACE_SECONDS)
+                and not self._old_pods_terminating(state)
             ):
-                if self._persisted(
-                    f"unsched:{name}", UNSCHEDULABLE_GRACE_SECONDS
-                ) and not self._old_pods_terminating(state):
-                    return Failure("unschedulable", _explain_unschedulable(name, cond.get("message", "")))
+                return Failure("unschedulable", _explain_unschedulable(name, cond.get("message", "")))
         statuses = (status.get("initContainerStatuses") or []) + (status.get("containerStatuses") or [])
         for cs in statuses:
             waiting = (cs.get("state") or {}).get("waiting") or {}

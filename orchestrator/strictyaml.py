@@ -48,7 +48,7 @@ class _NoAliasLoader(yaml.SafeLoader):
 
     def compose_node(self, parent: yaml.Node | None, index: Any) -> yaml.Node | None:
         if self.check_event(yaml.AliasEvent):
-            event = self.peek_event()
+            event = self.peek_event()  # type: ignore[no-untyped-call]
             raise YamlProblem(
                 "YAML aliases (*name) are not allowed in a profile; write the value out in full",
                 event.start_mark.line + 1,

@@ -42,12 +42,18 @@ def status(options: Options, name: str, namespace: str) -> dict[str, Any]:
     for pod in sorted(pods, key=lambda p: p["metadata"]["name"]):
         conditions = {c["type"]: c["status"] for c in (pod.get("status") or {}).get("conditions") or []}
         containers = pod.get("spec", {}).get("containers") or []
-        gpus = sum(int((c.get("resources", {}).get("limits") or {}).get("nvidia.com/gpu", 0)) for c in containers)
-        pod_rows.append({
-            "name": pod["metadata"]["name"], "ready": conditions.get("Ready") == "True",
-            "phase": (pod.get("status") or {}).get("phase"), "node": pod.get("spec", {}).get("nodeName"),
-            "gpus": gpus,
-        })
+        gpus = sum(
+            int((c.get("resources", {}).get("limits") or {}).get("nvidia.com/gpu", 0)) for c in containers
+        )
+        pod_rows.append(
+            {
+                "name": pod["metadata"]["name"],
+                "ready": conditions.get("Ready") == "True",
+                "phase": (pod.get("status") or {}).get("phase"),
+                "node": pod.get("spec", {}).get("nodeName"),
+                "gpus": gpus,
+            }
+        )
     dep_status = deployment.get("status") or {}
     return {
         "release": name,
@@ -56,11 +62,16 @@ def status(options: Options, name: str, namespace: str) -> dict[str, Any]:
         "live_description": live.description if live else None,
         "image": live.image if live else None,
         "model": live.model if live else None,
-        "replicas": {"desired": deployment.get("spec", {}).get("replicas"), "ready": dep_status.get("readyReplicas", 0),
-                     "updated": dep_status.get("updatedReplicas", 0)},
+        "replicas": {
+            "desired": deployment.get("spec", {}).get("replicas"),
+            "ready": dep_status.get("readyReplicas", 0),
+            "updated": dep_status.get("updatedReplicas", 0),
+        },
         "pods": pod_rows,
         "gate": live.gate if live else None,
-        "last_failure": ({"revision": last_failed.revision, **(last_failed.failure or {})} if last_failed else None),
+        "last_failure": (
+            {"revision": last_failed.revision, **(last_failed.failure or {})} if last_failed else None
+        ),
         "revisions": len(records),
     }
 
@@ -75,22 +86,31 @@ def format_status(data: dict[str, Any]) -> str:
         f"replicas: {data['replicas']['ready']}/{data['replicas']['desired']} ready",
     ]
     if data["pods"]:
-        lines.append(output.table(["POD", "READY", "PHASE", "NODE", "GPUS"], [
-            [p["name"], "yes" if p["ready"] else "no", p["phase"], p["node"], p["gpus"]] for p in data["pods"]]))
+        lines.append(
+            output.table(
+                ["POD", "READY", "PHASE", "NODE", "GPUS"],
+                [
+                    [p["name"], "yes" if p["ready"] else "no", p["phase"], p["node"], p["gpus"]]
+                    for p in data["pods"]
+                ],
+            )
+        )
     gate = data.get("gate")
     if gate:
         lines.append(f"gate: {gate.get('verdict')} — {gate.get('summary', '')}")
     failure = data.get("last_failure")
     if failure:
-        lines.append(f"last failure: revision {failure['revision']}: {failure.get('class')}: "
-                     f"{errors.shorten(str(failure.get('message', '')), 200)}")
+        lines.append(
+            f"last failure: revision {failure['revision']}: {failure.get('class')}: "
+            f"{errors.shorten(str(failure.get('message', '')), 200)}"
+        )
     return "\n".join(lines)
 
 
 def diff(options: Options, profile: Profile) -> str:
     """Unified diff between the live objects and what a server-side apply would make of the render."""
     kube = connect(options.kubeconfig, options.context)
-    chunks = []
+    chunks: list[str] = []
     for obj in render.render(profile):
         kind, name = obj["kind"], obj["metadata"]["name"]
         namespace = obj["metadata"].get("namespace")
@@ -102,10 +122,14 @@ def diff(options: Options, profile: Profile) -> str:
         before = _clean(live) if live else ""
         after_text = _clean(after)
         label = f"{kind}/{name}"
-        chunks.extend(difflib.unified_diff(
-            before.splitlines(keepends=True), after_text.splitlines(keepends=True),
-            fromfile=f"live/{label}", tofile=f"profile/{label}",
-        ))
+        chunks.extend(
+            difflib.unified_diff(
+                before.splitlines(keepends=True),
+                after_text.splitlines(keepends=True),
+                fromfile=f"live/{label}",
+                tofile=f"profile/{label}",
+            )
+        )
     return "".join(chunks)
 
 

@@ -30,7 +30,8 @@ def _type_name(annotation: Any) -> str:
         return " \\| ".join(f"`{a}`" for a in args)
     if origin in (typing.Union, getattr(__import__("types"), "UnionType", None)):
         return " or ".join(_type_name(a) for a in args if a is not type(None)) + (
-            " (optional)" if type(None) in args else "")
+            " (optional)" if type(None) in args else ""
+        )
     if origin is typing.Annotated:
         return _type_name(args[0])
     if origin is list:
@@ -97,7 +98,9 @@ def generate() -> str:
         for name, field in model.model_fields.items():
             desc = (field.description or "").replace("|", "\\|").replace("\n", " ")
             examples = f" Example: `{json.dumps(field.examples[0])}`." if field.examples else ""
-            lines.append(f"| `{name}` | {_type_name(field.annotation)} | {_default(field)} | {desc}{examples} |")
+            lines.append(
+                f"| `{name}` | {_type_name(field.annotation)} | {_default(field)} | {desc}{examples} |"
+            )
         lines.append("")
     return "\n".join(lines)
 

@@ -50,12 +50,16 @@ def test_minimal_profile_gets_documented_defaults() -> None:
 
 
 def test_tp4_requires_nvlink_by_default_and_profile_may_override() -> None:
-    p = profile.loads(_minimal(engine=f"engine:\n  image: r{DIGEST}\n  tensorParallelSize: 4\n  maxModelLen: 4096\n"))
+    p = profile.loads(
+        _minimal(engine=f"engine:\n  image: r{DIGEST}\n  tensorParallelSize: 4\n  maxModelLen: 4096\n")
+    )
     assert p.nvlink_required and p.gpus_per_pod == 4
-    p2 = profile.loads(_minimal(
-        engine=f"engine:\n  image: r{DIGEST}\n  tensorParallelSize: 4\n  maxModelLen: 4096\n",
-        placement="placement:\n  requireNvlink: false\n",
-    ))
+    p2 = profile.loads(
+        _minimal(
+            engine=f"engine:\n  image: r{DIGEST}\n  tensorParallelSize: 4\n  maxModelLen: 4096\n",
+            placement="placement:\n  requireNvlink: false\n",
+        )
+    )
     assert not p2.nvlink_required
 
 
@@ -88,22 +92,38 @@ def test_spec_hash_is_stable_and_changes_with_content() -> None:
         # 9 unknown top-level key, with a suggestion
         (_minimal() + "enigne: {}\n", "did you mean 'engine'"),
         # 10 unknown nested key, with a suggestion
-        (_minimal(engine=f"engine:\n  image: r{DIGEST}\n  tensorParalelSize: 2\n  maxModelLen: 4096\n"),
-         "did you mean 'tensorParallelSize'"),
+        (
+            _minimal(engine=f"engine:\n  image: r{DIGEST}\n  tensorParalelSize: 2\n  maxModelLen: 4096\n"),
+            "did you mean 'tensorParallelSize'",
+        ),
         # 11 wrong type
         (_minimal(engine=f"engine:\n  image: r{DIGEST}\n  maxModelLen: lots\n"), "engine.maxModelLen (line"),
         # 12 out of range
-        (_minimal(engine=f"engine:\n  image: r{DIGEST}\n  maxModelLen: 4096\n  gpuMemoryUtilization: 1.5\n"),
-         "engine.gpuMemoryUtilization"),
+        (
+            _minimal(
+                engine=f"engine:\n  image: r{DIGEST}\n  maxModelLen: 4096\n  gpuMemoryUtilization: 1.5\n"
+            ),
+            "engine.gpuMemoryUtilization",
+        ),
         # 13 unpinned image
-        (_minimal(engine="engine:\n  image: vllm/vllm-openai:latest\n  maxModelLen: 4096\n"), "not pinned by digest"),
+        (
+            _minimal(engine="engine:\n  image: vllm/vllm-openai:latest\n  maxModelLen: 4096\n"),
+            "not pinned by digest",
+        ),
         # 14 missing required field
         (_minimal(engine=f"engine:\n  image: r{DIGEST}\n"), "engine.maxModelLen"),
         # 15 unknown architecture with suggestion
-        (_minimal(model="model:\n  name: x\n  architecture: llama-3-7b\n  source: {pvc: m}\n"), "did you mean"),
+        (
+            _minimal(model="model:\n  name: x\n  architecture: llama-3-7b\n  source: {pvc: m}\n"),
+            "did you mean",
+        ),
         # 16 both architecture and config
-        (_minimal(model="model:\n  name: x\n  architecture: llama-3-8b\n  config: c.json\n  source: {pvc: m}\n"),
-         "exactly one of model.architecture"),
+        (
+            _minimal(
+                model="model:\n  name: x\n  architecture: llama-3-8b\n  config: c.json\n  source: {pvc: m}\n"
+            ),
+            "exactly one of model.architecture",
+        ),
         # 17 unknown GPU
         (_minimal(hardware="hardware:\n  gpu: A100-81GB\n"), "unknown GPU"),
         # 18 invalid release name
@@ -113,16 +133,24 @@ def test_spec_hash_is_stable_and_changes_with_content() -> None:
         # 20 bad SLO syntax
         (_minimal() + "gate:\n  smoke:\n    slo: {p95_ttft_ms: fast}\n", "is not a condition"),
         # 21 weights path outside the mount
-        (_minimal(model="model:\n  name: x\n  architecture: llama-3-8b\n  source: {pvc: m, path: /data/x}\n"),
-         "must be an absolute path under mountPath"),
+        (
+            _minimal(
+                model="model:\n  name: x\n  architecture: llama-3-8b\n  source: {pvc: m, path: /data/x}\n"
+            ),
+            "must be an absolute path under mountPath",
+        ),
         # 22 bad kvCacheDtype
-        (_minimal(engine=f"engine:\n  image: r{DIGEST}\n  maxModelLen: 4096\n  kvCacheDtype: fp4\n"),
-         "engine.kvCacheDtype"),
+        (
+            _minimal(engine=f"engine:\n  image: r{DIGEST}\n  maxModelLen: 4096\n  kvCacheDtype: fp4\n"),
+            "engine.kvCacheDtype",
+        ),
         # 23 bad egress CIDR
         (_minimal() + "airgap:\n  allowEgressCIDRs: [10.0.0.0/33]\n", "not a CIDR"),
         # 24 negative TP
-        (_minimal(engine=f"engine:\n  image: r{DIGEST}\n  tensorParallelSize: -2\n  maxModelLen: 4096\n"),
-         "engine.tensorParallelSize"),
+        (
+            _minimal(engine=f"engine:\n  image: r{DIGEST}\n  tensorParallelSize: -2\n  maxModelLen: 4096\n"),
+            "engine.tensorParallelSize",
+        ),
         # 25 bad endpoint
         (_minimal() + "gate:\n  endpoint: infer.internal:8000\n", "http://"),
         # 26 neither gpu nor memory
@@ -176,8 +204,10 @@ def test_extra_args_are_checked_against_the_vllm_flag_list(args: str, expected: 
 
 
 def test_known_extra_args_pass() -> None:
-    text = _minimal(engine=f"engine:\n  image: r{DIGEST}\n  maxModelLen: 4096\n"
-                    '  extraArgs: ["--enable-chunked-prefill", "--max-logprobs", "5"]\n')
+    text = _minimal(
+        engine=f"engine:\n  image: r{DIGEST}\n  maxModelLen: 4096\n"
+        '  extraArgs: ["--enable-chunked-prefill", "--max-logprobs", "5"]\n'
+    )
     assert profile.loads(text).engine.extraArgs[0] == "--enable-chunked-prefill"
 
 
