@@ -391,7 +391,7 @@ def history(
                     r["revision"],
                     r["status"],
                     r["timestamp"],
-                    r["actor"],
+                    _actor(r["actor"]),
                     _short_image(r["image"]),
                     r["description"],
                 ]
@@ -399,6 +399,13 @@ def history(
             ],
         )
     )
+
+
+def _actor(actor: dict[str, Any]) -> str:
+    """The user, and the CI job when there was one (e.g. `ci-bot (github run 42)`)."""
+    ci = actor.get("ci") or {}
+    job = next((f"{k.lower()}={v}" for k, v in ci.items() if k.endswith(("RUN_ID", "JOB_ID", "BUILD_ID"))), "")
+    return f"{actor.get('user', '?')}" + (f" ({job})" if job else "")
 
 
 def _short_image(image: str) -> str:
