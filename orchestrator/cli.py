@@ -642,3 +642,7 @@ def completion(shell: str) -> None:
     cls = get_completion_class(shell)
     assert cls is not None
     click.echo(cls(main, {}, "deployctl", "_DEPLOYCTL_COMPLETE").source())
+
+
+if __name__ == "__main__":
+    main()
