@@ -61,9 +61,7 @@ def handles_errors(fn: F) -> F:
     return wrapper  # type: ignore[return-value]
 
 
-def _output_option(
-    choices: tuple[str, ...] = ("text", "json", "yaml"), default: str = "text"
-) -> Callable[[F], F]:
+def _output_option(choices: tuple[str, ...] = ("text", "json", "yaml"), default: str = "text") -> Callable[[F], F]:
     return click.option(
         "--output",
         "output_format",
@@ -76,9 +74,9 @@ def _output_option(
 
 def _cluster_options(fn: F) -> F:
     fn = click.option("--context", help="kubeconfig context (default: the current one).")(fn)
-    fn = click.option(
-        "--kubeconfig", type=click.Path(dir_okay=False), help="kubeconfig file (default: $KUBECONFIG)."
-    )(fn)
+    fn = click.option("--kubeconfig", type=click.Path(dir_okay=False), help="kubeconfig file (default: $KUBECONFIG).")(
+        fn
+    )
     return fn
 
 
@@ -88,9 +86,7 @@ def _load(path: str) -> Any:
     return profile_mod.load(path)
 
 
-@click.group(
-    cls=_Group, context_settings={"auto_envvar_prefix": "DEPLOYCTL", "help_option_names": ["-h", "--help"]}
-)
+@click.group(cls=_Group, context_settings={"auto_envvar_prefix": "DEPLOYCTL", "help_option_names": ["-h", "--help"]})
 @click.version_option(VERSION, prog_name="deployctl")
 def main() -> None:
     """deployctl: plan, render, apply, gate and roll back vLLM inference on Kubernetes."""
@@ -162,20 +158,18 @@ def plan(profile_path: str, output_format: str) -> None:
 
 @main.command()
 @click.argument("profile_path", metavar="PROFILE")
-@click.option(
-    "-o", "--out", "out_dir", type=click.Path(file_okay=False), help="Write one file per object here."
-)
+@click.option("-o", "--out", "out_dir", type=click.Path(file_okay=False), help="Write one file per object here.")
 @click.option(
     "--format",
     "fmt",
-    type=click.Choice(["manifests", "helm-values"]),
+    type=click.Choice(["manifests", "helm-values", "rbac"]),
     default="manifests",
     show_default=True,
-    help="Kubernetes manifests, or values for charts/vllm-inference.",
+    help="Kubernetes manifests; values for charts/vllm-inference; or the RBAC deployctl itself needs.",
 )
 @handles_errors
 def render(profile_path: str, out_dir: str | None, fmt: str) -> None:
-    """Render deterministic manifests (GitOps) or Helm values for a profile."""
+    """Render deterministic manifests (GitOps), Helm values, or the RBAC deployctl itself needs."""
     from orchestrator import render as render_mod
 
     prof = _load(profile_path)
@@ -190,7 +184,7 @@ def render(profile_path: str, out_dir: str | None, fmt: str) -> None:
         else:
             click.echo(text, nl=False)
         return
-    objects = render_mod.render(prof)
+    objects = render_mod.rbac(prof.metadata.namespace) if fmt == "rbac" else render_mod.render(prof)
     if out_dir:
         for written in render_mod.write(objects, pathlib.Path(out_dir)):
             click.echo(f"wrote {written}", err=True)
@@ -236,9 +230,7 @@ def _apply_like(fn: F) -> F:
         type=click.FloatRange(1),
         help="Overall rollout deadline in seconds (default: rollout.progressDeadlineSeconds).",
     )(fn)
-    fn = click.option("--skip-bench", is_flag=True, help="Skip the smoke benchmark; gate on /health only.")(
-        fn
-    )
+    fn = click.option("--skip-bench", is_flag=True, help="Skip the smoke benchmark; gate on /health only.")(fn)
     fn = click.option("--endpoint", help="Reach the server here instead of port-forwarding to each pod.")(fn)
     fn = _cluster_options(fn)
     return fn
@@ -330,9 +322,7 @@ def gate_cmd(
 @main.command()
 @click.argument("name")
 @click.option("-n", "--namespace", default="default", show_default=True)
-@click.option(
-    "--to", "to", type=int, help="Revision to restore (default: the last good one before the live one)."
-)
+@click.option("--to", "to", type=int, help="Revision to restore (default: the last good one before the live one).")
 @_cluster_options
 @click.option("--endpoint", help="Reach the server here instead of port-forwarding to each pod.")
 @click.option("--timeout", type=click.FloatRange(1), help="Rollout deadline in seconds.")
@@ -358,9 +348,7 @@ def rollback(
         name,
         namespace,
         to,
-        _options(
-            kubeconfig=kubeconfig, context=context, endpoint=endpoint, timeout=timeout, lock_ttl=lock_ttl
-        ),
+        _options(kubeconfig=kubeconfig, context=context, endpoint=endpoint, timeout=timeout, lock_ttl=lock_ttl),
         progress,
     )
     progress.finish_line()
@@ -373,9 +361,7 @@ def rollback(
 @_cluster_options
 @_output_option()
 @handles_errors
-def history(
-    name: str, namespace: str, kubeconfig: str | None, context: str | None, output_format: str
-) -> None:
+def history(name: str, namespace: str, kubeconfig: str | None, context: str | None, output_format: str) -> None:
     """The release's revisions: status, description, when, who."""
     from orchestrator import views
 
@@ -410,9 +396,7 @@ def _actor(actor: dict[str, Any]) -> str:
 
 def _short_image(image: str) -> str:
     return (
-        image
-        if "@sha256:" not in image
-        else image.split("@sha256:")[0] + "@sha256:" + image.split("@sha256:")[1][:12]
+        image if "@sha256:" not in image else image.split("@sha256:")[0] + "@sha256:" + image.split("@sha256:")[1][:12]
     )
 
 
@@ -422,9 +406,7 @@ def _short_image(image: str) -> str:
 @_cluster_options
 @_output_option()
 @handles_errors
-def status(
-    name: str, namespace: str, kubeconfig: str | None, context: str | None, output_format: str
-) -> None:
+def status(name: str, namespace: str, kubeconfig: str | None, context: str | None, output_format: str) -> None:
     """Live revision, pods (ready, node, GPUs), last failure and gate result."""
     from orchestrator import views
 
@@ -509,15 +491,12 @@ def audit_verify(
 
     if not export_file and not name:
         raise errors.UsageError("give a release NAME, or --file EXPORT.json to verify an export offline")
-    result = views.audit_verify(
-        _options(kubeconfig=kubeconfig, context=context), name, namespace, export_file, against
-    )
+    result = views.audit_verify(_options(kubeconfig=kubeconfig, context=context), name, namespace, export_file, against)
     if output_format != "text":
         click.echo(output.emit(result, output_format))
     elif result["ok"]:
         click.echo(
-            output.paint("OK", "green")
-            + f": {result['records']} records, chain intact (head {result['head'][:16]})"
+            output.paint("OK", "green") + f": {result['records']} records, chain intact (head {result['head'][:16]})"
         )
     else:
         click.echo(output.paint("TAMPERED", "red") + f": {len(result['problems'])} problem(s)")
@@ -529,14 +508,10 @@ def audit_verify(
 @audit.command("export")
 @click.argument("name")
 @click.option("-n", "--namespace", default="default", show_default=True)
-@click.option(
-    "-o", "--out", "out_file", type=click.Path(dir_okay=False), help="File to write (default: stdout)."
-)
+@click.option("-o", "--out", "out_file", type=click.Path(dir_okay=False), help="File to write (default: stdout).")
 @_cluster_options
 @handles_errors
-def audit_export(
-    name: str, namespace: str, out_file: str | None, kubeconfig: str | None, context: str | None
-) -> None:
+def audit_export(name: str, namespace: str, out_file: str | None, kubeconfig: str | None, context: str | None) -> None:
     """Write the release chain as a JSON document an auditor can keep."""
     from orchestrator import views
 
@@ -557,16 +532,12 @@ def audit_export(
 @click.option("--input-tokens", type=click.IntRange(1), default=512, show_default=True)
 @click.option("--output-tokens", type=click.IntRange(2), default=128, show_default=True)
 @click.option("--warmup", type=click.IntRange(0), default=4, show_default=True)
-@click.option(
-    "--duration", type=click.FloatRange(0.1), help="Stop after this many seconds instead of --requests."
-)
+@click.option("--duration", type=click.FloatRange(0.1), help="Stop after this many seconds instead of --requests.")
 @click.option("--request-rate", type=click.FloatRange(0.001), help="Open-loop Poisson arrivals per second.")
 @click.option("--burstiness", type=click.FloatRange(0.01), default=1.0, show_default=True)
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--timeout", type=click.FloatRange(1), default=600, show_default=True)
-@click.option(
-    "--save", type=click.Path(dir_okay=False), help="Write the JSON report and an HTML report beside it."
-)
+@click.option("--save", type=click.Path(dir_okay=False), help="Write the JSON report and an HTML report beside it.")
 @_output_option(("table", "json"), "table")
 @handles_errors
 def bench_cmd(
@@ -606,9 +577,7 @@ def bench_cmd(
     if save:
         for written in bench.save(report, pathlib.Path(save)):
             click.echo(f"wrote {written}", err=True)
-    click.echo(
-        output.emit(report.to_json(), "json") if output_format == "json" else bench.format_table(report)
-    )
+    click.echo(output.emit(report.to_json(), "json") if output_format == "json" else bench.format_table(report))
 
 
 @main.command()

@@ -27,6 +27,35 @@ RELEASE_LABEL = rollout.RELEASE_LABEL
 PROFILE_HASH_ANNOTATION = render.PROFILE_HASH_ANNOTATION
 GATE_ERROR_RETRIES = 2
 
+# What apply, gate and rollback do in the release's namespace: (verb, group, resource, subresource).
+# Checked before the first write, so a Role missing one verb fails fast, names it, and changes nothing.
+REQUIRED_ACCESS = [
+    *[
+        (verb, group, resource, "")
+        for group, resource in (
+            ("apps", "deployments"),
+            ("", "services"),
+            ("", "serviceaccounts"),
+            ("policy", "poddisruptionbudgets"),
+            ("networking.k8s.io", "networkpolicies"),
+        )
+        for verb in ("get", "list", "watch", "patch", "delete")
+    ],
+    ("create", "", "configmaps", ""),
+    ("list", "", "configmaps", ""),
+    ("get", "coordination.k8s.io", "leases", ""),
+    ("create", "coordination.k8s.io", "leases", ""),
+    ("update", "coordination.k8s.io", "leases", ""),
+    ("list", "apps", "replicasets", ""),
+    ("watch", "apps", "replicasets", ""),
+    ("list", "", "pods", ""),
+    ("watch", "", "pods", ""),
+    ("get", "", "pods", "log"),
+    ("create", "", "pods", "portforward"),
+    ("list", "", "events", ""),
+    ("watch", "", "events", ""),
+]
+
 Reporter = Callable[[str, str], None]  # (phase, message)
 
 
@@ -106,6 +135,7 @@ def apply(profile: Profile, profile_text: str, options: Options, report: Reporte
     with timings.phase("preflight"):
         user = kube.whoami()
         _ensure_namespace(kube, namespace, options.create_namespace)
+        check_access(kube, namespace)
         nodes, _ = kube.list("Node")
         pods, _ = kube.list("Pod")
         deployment = kube.get("Deployment", name, namespace)
@@ -125,8 +155,7 @@ def apply(profile: Profile, profile_text: str, options: Options, report: Reporte
         )
     report(
         "preflight",
-        f"strategy: {check.strategy_name}"
-        + (" (downtime: one replica, no spare GPUs)" if check.downtime else ""),
+        f"strategy: {check.strategy_name}" + (" (downtime: one replica, no spare GPUs)" if check.downtime else ""),
     )
     actor = releases.actor(user, options.environ)
     with ReleaseLock(
@@ -216,9 +245,7 @@ def _deploy(
             return _fail(kube, profile, manifests, base, description, live, failure, options, report, timings)
     timeout = options.timeout or float(profile.rollout.progressDeadlineSeconds)
     with timings.phase("rollout"):
-        result = rollout.watch_rollout(
-            kube, namespace, name, timeout=timeout, progress=lambda m: report("rollout", m)
-        )
+        result = rollout.watch_rollout(kube, namespace, name, timeout=timeout, progress=lambda m: report("rollout", m))
     if not result.ok:
         assert result.failure is not None
         failure = _Failure(result.failure.cls, result.failure.message, "rollout")
@@ -235,9 +262,7 @@ def _deploy(
                 progress=lambda m: report("health", m),
             )
         if not hr.ok:
-            failure = _Failure(
-                "health", f"the new pods did not pass the health gate: {hr.explain()}", "health"
-            )
+            failure = _Failure("health", f"the new pods did not pass the health gate: {hr.explain()}", "health")
             return _fail(kube, profile, manifests, base, description, live, failure, options, report, timings)
         report("health", f"healthy: {', '.join(urls)}")
         if smoke:
@@ -283,9 +308,7 @@ def _deploy(
     if gate_json is not None and gate_json.get("verdict") == gate.Verdict.INCONCLUSIVE.label:
         # Inconclusive is no evidence against the revision, so it is kept, not rolled back, and
         # the reason is said so that a person decides (e.g. rerun `deployctl gate` off-peak).
-        warnings.append(
-            f"the smoke gate was inconclusive and did not judge this revision: {gate_json.get('summary')}"
-        )
+        warnings.append(f"the smoke gate was inconclusive and did not judge this revision: {gate_json.get('summary')}")
     return Outcome(
         "deployed",
         name,
@@ -299,9 +322,7 @@ def _deploy(
     )
 
 
-def run_smoke(
-    profile: Profile, url: str, previous: dict[str, Any] | None, report: Reporter
-) -> gate.GateReport:
+def run_smoke(profile: Profile, url: str, previous: dict[str, Any] | None, report: Reporter) -> gate.GateReport:
     """The smoke benchmark through ``url`` and its verdict; an Error verdict is retried a few times."""
     smoke = profile.gate.smoke
     config = bench.BenchConfig(
@@ -468,14 +489,10 @@ def restore(
     with timings.phase("apply"):
         apply_objects(kube, name, namespace, objects)
     deployment = next((o for o in objects if o.get("kind") == "Deployment"), None)
-    timeout = options.timeout or float(
-        (deployment or {}).get("spec", {}).get("progressDeadlineSeconds", 1800)
-    )
+    timeout = options.timeout or float((deployment or {}).get("spec", {}).get("progressDeadlineSeconds", 1800))
     failure: dict[str, str] | None = None
     with timings.phase("rollout"):
-        result = rollout.watch_rollout(
-            kube, namespace, name, timeout=timeout, progress=lambda m: report("rollback", m)
-        )
+        result = rollout.watch_rollout(kube, namespace, name, timeout=timeout, progress=lambda m: report("rollback", m))
     if not result.ok:
         assert result.failure is not None
         failure = result.failure.to_json()
@@ -537,6 +554,7 @@ def rollback(name: str, namespace: str, to: int | None, options: Options, report
     """Re-apply an earlier revision's stored bytes; needs nothing but a kubeconfig."""
     kube = connect(options.kubeconfig, options.context)
     user = kube.whoami()
+    check_access(kube, namespace)
     with ReleaseLock(
         kube,
         namespace,
@@ -590,6 +608,7 @@ def gate_only(profile: Profile, profile_text: str, options: Options, report: Rep
     plan = planner_check(profile)
     kube = connect(options.kubeconfig, options.context)
     user = kube.whoami()
+    check_access(kube, namespace)
     timeout = options.timeout or float(profile.rollout.progressDeadlineSeconds)
     want = profile.spec_hash()
     with timings.phase("sync"):
@@ -654,9 +673,7 @@ def _deploy_gate_only(
     name, namespace = profile.metadata.name, profile.metadata.namespace
     timeout = options.timeout or float(profile.rollout.progressDeadlineSeconds)
     with timings.phase("rollout"):
-        result = rollout.watch_rollout(
-            kube, namespace, name, timeout=timeout, progress=lambda m: report("rollout", m)
-        )
+        result = rollout.watch_rollout(kube, namespace, name, timeout=timeout, progress=lambda m: report("rollout", m))
     failure: _Failure | None = None
     gate_json: dict[str, Any] | None = None
     if not result.ok:
@@ -677,9 +694,7 @@ def _deploy_gate_only(
                 failure = _Failure("health", hr.explain(), "health")
             elif profile.gate.smoke.enabled and not options.skip_bench:
                 with timings.phase("smoke"):
-                    verdict = run_smoke(
-                        profile, next(iter(urls.values())), live.gate if live else None, report
-                    )
+                    verdict = run_smoke(profile, next(iter(urls.values())), live.gate if live else None, report)
                 gate_json = verdict.to_json()
                 if verdict.verdict in (gate.Verdict.FAIL, gate.Verdict.ERROR):
                     failure = _Failure(
@@ -732,13 +747,25 @@ def _deploy_gate_only(
 # --- cluster writes ---------------------------------------------------------------------------
 
 
+def check_access(kube: Kube, namespace: str) -> None:
+    """Refuse before any write when the identity lacks a permission the sequence will need."""
+    missing = [
+        f"{verb} {resource}{'/' + sub if sub else ''}" + (f" ({group})" if group else "")
+        for verb, group, resource, sub in REQUIRED_ACCESS
+        if not kube.can_i(verb, resource, namespace, group=group, subresource=sub)
+    ]
+    if missing:
+        raise errors.Forbidden(
+            f"the identity of context {kube.context!r} may not: {', '.join(missing)} in namespace {namespace}. "
+            "Nothing was changed. Bind it to deployctl's Role (`deployctl render PROFILE --format rbac`)"
+        )
+
+
 def _ensure_namespace(kube: Kube, namespace: str, create: bool) -> None:
     if kube.get("Namespace", namespace) is not None:
         return
     if not create:
-        raise errors.RolloutFailed(
-            f"namespace {namespace} does not exist; create it, or pass --create-namespace"
-        )
+        raise errors.RolloutFailed(f"namespace {namespace} does not exist; create it, or pass --create-namespace")
     with contextlib.suppress(errors.Conflict):
         kube.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
 
@@ -763,17 +790,13 @@ def remove_objects(kube: Kube, name: str, namespace: str) -> None:
 
 
 def _container_port(deployment: dict[str, Any] | None) -> int:
-    containers = (deployment or {}).get("spec", {}).get("template", {}).get("spec", {}).get("containers") or [
-        {}
-    ]
+    containers = (deployment or {}).get("spec", {}).get("template", {}).get("spec", {}).get("containers") or [{}]
     ports = containers[0].get("ports") or [{}]
     return int(ports[0].get("containerPort", 8000))
 
 
 @contextlib.contextmanager
-def _pod_urls(
-    kube: Kube, namespace: str, pods: list[str], port: int, endpoint: str | None
-) -> Iterator[dict[str, str]]:
+def _pod_urls(kube: Kube, namespace: str, pods: list[str], port: int, endpoint: str | None) -> Iterator[dict[str, str]]:
     """Base URLs for the gate: the endpoint when given, else a port-forward per new pod."""
     if endpoint:
         yield {"endpoint": endpoint.rstrip("/")}

@@ -259,9 +259,7 @@ class Kube:
                         status = event.get("object", {})
                         if status.get("code") == 410:
                             raise errors.WatchExpired(f"watch {kind}: {status.get('message', 'expired')}")
-                        raise errors.ClusterError(
-                            f"watch {kind}: {errors.shorten(str(status.get('message')))}"
-                        )
+                        raise errors.ClusterError(f"watch {kind}: {errors.shorten(str(status.get('message')))}")
                     yield WatchEvent(event["type"], event["object"])
         except (urllib3.exceptions.HTTPError, OSError) as e:
             raise self._transport_error(e) from e
@@ -315,9 +313,7 @@ class Kube:
         )
         return result
 
-    def delete(
-        self, kind: str, name: str, namespace: str | None = None, *, precondition_rv: str | None = None
-    ) -> bool:
+    def delete(self, kind: str, name: str, namespace: str | None = None, *, precondition_rv: str | None = None) -> bool:
         """Delete in the foreground; False when it was already gone."""
         body: dict[str, Any] = {"propagationPolicy": "Background"}
         if precondition_rv:
@@ -354,6 +350,25 @@ class Kube:
         )
         return str(review.get("status", {}).get("userInfo", {}).get("username", "unknown"))
 
+    def can_i(self, verb: str, resource: str, namespace: str | None, *, group: str = "", subresource: str = "") -> bool:
+        """Whether the API server would allow this request (SelfSubjectAccessReview)."""
+        attributes = {"verb": verb, "resource": resource, "group": group}
+        if namespace:
+            attributes["namespace"] = namespace
+        if subresource:
+            attributes["subresource"] = subresource
+        review = self._call(
+            "POST",
+            "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews",
+            body={
+                "apiVersion": "authorization.k8s.io/v1",
+                "kind": "SelfSubjectAccessReview",
+                "spec": {"resourceAttributes": attributes},
+            },
+            what="access review",
+        )
+        return bool(review.get("status", {}).get("allowed"))
+
     def server_version(self) -> str:
         data = self._call("GET", "/version", what="server version")
         return str(data.get("gitVersion", "unknown"))
@@ -379,9 +394,7 @@ def connect(kubeconfig: str | None = None, context: str | None = None) -> Kube:
         else:
             first = path.split(os.pathsep)[0]
             if not os.path.exists(first):
-                raise errors.UsageError(
-                    f"kubeconfig {first} does not exist; pass --kubeconfig or set KUBECONFIG"
-                )
+                raise errors.UsageError(f"kubeconfig {first} does not exist; pass --kubeconfig or set KUBECONFIG")
             if os.path.isdir(first):
                 raise errors.UsageError(f"kubeconfig {first} is a directory; give the kubeconfig file")
             contexts, active = k8s_config.list_kube_config_contexts(config_file=path)
