@@ -202,8 +202,8 @@ def _options(**kw: Any) -> Any:
 
 
 def _finish(outcome: Any, output_format: str) -> None:
-    if output_format == "json":
-        click.echo(output.emit(outcome.to_json(), "json"))
+    if output_format in ("json", "yaml"):
+        click.echo(output.emit(outcome.to_json(), output_format))
     else:
         color = "green" if outcome.exit_code == ExitCode.OK else "red"
         click.echo(output.paint(outcome.result.upper(), color) + f": {outcome.message}")
@@ -241,7 +241,7 @@ def _apply_like(fn: F) -> F:
 @_apply_like
 @click.option("--no-rollback", is_flag=True, help="Leave a failed revision in place for debugging.")
 @click.option("--create-namespace", is_flag=True, help="Create the profile's namespace if it is missing.")
-@_output_option(("text", "json"))
+@_output_option()
 @handles_errors
 def apply(
     profile_path: str,
@@ -284,7 +284,7 @@ def apply(
 @main.command("gate")
 @click.argument("profile_path", metavar="PROFILE")
 @_apply_like
-@_output_option(("text", "json"))
+@_output_option()
 @handles_errors
 def gate_cmd(
     profile_path: str,
@@ -327,7 +327,7 @@ def gate_cmd(
 @click.option("--endpoint", help="Reach the server here instead of port-forwarding to each pod.")
 @click.option("--timeout", type=click.FloatRange(1), help="Rollout deadline in seconds.")
 @click.option("--lock-ttl", type=click.IntRange(5, 3600), default=60, show_default=True)
-@_output_option(("text", "json"))
+@_output_option()
 @handles_errors
 def rollback(
     name: str,
@@ -371,11 +371,12 @@ def history(name: str, namespace: str, kubeconfig: str | None, context: str | No
         return
     click.echo(
         output.table(
-            ["REVISION", "STATUS", "UPDATED", "ACTOR", "IMAGE", "DESCRIPTION"],
+            ["REVISION", "STATUS", "GATE", "UPDATED", "ACTOR", "IMAGE", "DESCRIPTION"],
             [
                 [
                     r["revision"],
                     r["status"],
+                    r.get("gate") or "-",
                     r["timestamp"],
                     _actor(r["actor"]),
                     _short_image(r["image"]),
@@ -577,7 +578,7 @@ def bench_cmd(
     if save:
         for written in bench.save(report, pathlib.Path(save)):
             click.echo(f"wrote {written}", err=True)
-    click.echo(output.emit(report.to_json(), "json") if output_format == "json" else bench.format_table(report))
+    click.echo(report.to_json() if output_format == "json" else bench.format_table(report))
 
 
 @main.command()

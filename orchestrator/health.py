@@ -37,6 +37,9 @@ def wait_healthy(
 ) -> HealthReport:
     """Poll each ``name -> base URL`` until all are healthy and serve ``model``, or the deadline passes."""
     start = time.monotonic()
+    if not targets:
+        # all() of nothing is True: an empty list must not pass the gate unchecked.
+        return HealthReport(False, {"(no pods)": "no new pods were found to check"}, 0.0)
     state = {name: "not checked yet" for name in targets}
     while True:
         for name, url in targets.items():

@@ -4,7 +4,8 @@ Everything the health gate and the smoke benchmark send goes through here. httpx
 converted at this boundary (``raise ... from e``) into children of
 :class:`orchestrator.errors.EndpointError`, so no library exception reaches the pipeline:
 
-* :class:`EndpointUnreachable`: connection refused, DNS failure, connect timeout.
+* :class:`EndpointUnreachable`: connection refused, DNS failure, connect timeout, or a connection
+  closed before any answer (a refused connection behind a port-forward or proxy).
 * :class:`EndpointTimeout`: a stalled stream (no byte within the read timeout) or a write/pool timeout.
 * :class:`EndpointStatusError`: an HTTP status other than the one expected.
 * :class:`EndpointProtocolError`: the connection dropped or the answer was not what HTTP/JSON allows.
@@ -62,6 +63,14 @@ def _convert(exc: httpx.HTTPError, url: str) -> errors.EndpointError:
     if isinstance(exc, (httpx.ConnectError, httpx.ConnectTimeout)):
         return EndpointUnreachable(
             f"{url}: cannot connect ({detail}); check that the server is up and the URL and port are right"
+        )
+    if isinstance(exc, httpx.RemoteProtocolError) and "without sending a response" in str(exc):
+        # httpcore's words for a connection closed before a single byte of answer. Through a
+        # port-forward, proxy or load balancer that is what a refused connection looks like (the
+        # hop in front accepts, then finds nothing listening), so it means "could not measure".
+        return EndpointUnreachable(
+            f"{url}: the connection closed before any answer ({detail}); through a port-forward or "
+            "proxy this is a refused connection: check that the server is up and listens on that port"
         )
     if isinstance(exc, httpx.TimeoutException):
         return EndpointTimeout(

@@ -58,30 +58,42 @@ def bar(parts: Sequence[tuple[str, float]], total: float, width: int = 50) -> st
 class Progress:
     """The reporter handed to the pipeline: ``progress(phase, message)``."""
 
-    def __init__(self, stream: TextIO = sys.stderr, quiet: bool = False) -> None:
-        self.stream = stream
+    def __init__(self, stream: TextIO | None = None, quiet: bool = False) -> None:
+        # Looked up per instance, not bound at import: whoever swaps sys.stderr (click's
+        # CliRunner, contextlib.redirect_stderr) must get the progress too.
+        self.stream = sys.stderr if stream is None else stream
         self.quiet = quiet
-        self.tty = stream.isatty()
+        self.tty = self.stream.isatty()
         self.start = time.monotonic()
-        self._open_line = False
+        self._block_lines = 0
 
     def __call__(self, phase: str, message: str) -> None:
         if self.quiet:
             return
         elapsed = time.monotonic() - self.start
-        first = message.splitlines()[0] if message else ""
+        lines = message.splitlines() or [""]
         if self.tty and not message.startswith(("FAILED", "warning")):
-            line = f"{paint(f'[{phase:>9}]', 'bold', self.stream)} {elapsed:6.1f}s  {first}"
-            width = os.get_terminal_size(self.stream.fileno()).columns if self.tty else 120
-            self.stream.write("\r\033[K" + line[: width + 20])
-            self._open_line = True
+            # Redraw the block in place: one line for the phase, one per replica below it.
+            width = os.get_terminal_size(self.stream.fileno()).columns
+            head = f"{paint(f'[{phase:>9}]', 'bold', self.stream)} {elapsed:6.1f}s  "
+            block = [(head + lines[0])[: width + 20]] + [f"{'':>20}{line}"[:width] for line in lines[1:]]
+            self._erase_block()
+            self.stream.write("\n".join(block))
+            self._block_lines = len(block)
         else:
             self.finish_line()
             stamp = dt.datetime.now(dt.timezone.utc).strftime("%H:%M:%SZ")
-            self.stream.write(f"{stamp} [{phase}] +{elapsed:.1f}s {message}\n")
+            prefix = f"{stamp} [{phase}] +{elapsed:.1f}s "
+            self.stream.write("".join(f"{prefix}{line}\n" for line in lines))
         self.stream.flush()
 
+    def _erase_block(self) -> None:
+        if self._block_lines:
+            # Up to the block's first line, then clear to the end of the screen.
+            up = f"\033[{self._block_lines - 1}F" if self._block_lines > 1 else "\r"
+            self.stream.write(up + "\033[J")
+
     def finish_line(self) -> None:
-        if self._open_line:
+        if self._block_lines:
             self.stream.write("\n")
-            self._open_line = False
+            self._block_lines = 0

@@ -130,6 +130,7 @@ class Record:
             "actor": self.actor,
             "profile_hash": self.profile_hash,
             "image": self.image,
+            "gate": (self.gate or {}).get("verdict"),  # pass|inconclusive|error|fail; None: not gated
         }
 
 

@@ -27,6 +27,8 @@ RELEASE_LABEL = "deployctl.dev/release"
 UNSCHEDULABLE_GRACE_SECONDS = 4.0
 CONTROLLER_STALL_SECONDS = 30.0
 
+# The kinds the verdict reads; Events only add detail to messages.
+_JUDGED_KINDS = frozenset({"Deployment", "ReplicaSet", "Pod"})
 _IMAGE_PULL_REASONS = {"ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull"}
 
 LOG_CLASSES: list[tuple[str, re.Pattern[str], str]] = [
@@ -81,6 +83,7 @@ class _State:
     events: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)
     disconnected_since: float | None = None
     last_error: str = ""
+    synced: set[str] = dataclasses.field(default_factory=set)  # kinds listed at least once
 
 
 def classify_log(text: str) -> tuple[str, str] | None:
@@ -213,6 +216,8 @@ def _update(state: _State, kind: str, etype: str, obj: dict[str, Any]) -> None:
         state.last_error = obj["message"]
         return
     state.disconnected_since = None
+    if etype == "SYNC":
+        state.synced.add(kind)
     store: dict[str, dict[str, Any]]
     if kind == "Deployment":
         if etype == "SYNC":
@@ -284,7 +289,9 @@ class _Judge:
 
     def evaluate(self, state: _State) -> RolloutResult | None:
         dep = state.deployment
-        if dep is None:
+        if dep is None or not _JUDGED_KINDS <= state.synced:
+            # An unchanged Deployment is rolled out in its first event; judged before the
+            # ReplicaSets and Pods are listed, it would pass with no new pods to gate.
             return None
         generation = dep["metadata"].get("generation", 0)
         status = dep.get("status") or {}
@@ -415,12 +422,12 @@ class _Judge:
         replicas = dep.get("spec", {}).get("replicas", 1)
         if not pods:
             return f"waiting for the controller to create pods ({replicas} wanted)"
-        parts = []
-        for pod in pods:
-            parts.append(f"{pod['metadata']['name']}: {_pod_phase(pod)}")
+        # One line per replica: a terminal shows them as a block that updates in place.
+        lines = [f"{pod['metadata']['name']}: {_pod_phase(pod)}" for pod in pods]
         old = len([p for p in state.pods.values() if p not in pods])
-        suffix = f"; {old} old pod(s) still present" if old else ""
-        return "; ".join(parts) + suffix
+        if old:
+            lines.append(f"{old} old pod(s) still present")
+        return "\n".join(lines)
 
 
 def _pod_phase(pod: dict[str, Any]) -> str:

@@ -153,8 +153,10 @@ class Kube:
             cause = "the connection timed out; check the network path to the API server"
         else:
             cause = errors.shorten(text, 200)
+        proxy = self._api.configuration.proxy
+        via = f" through the kubeconfig's proxy-url {proxy}" if proxy else ""
         return errors.ClusterError(
-            f"cannot reach the Kubernetes API at {self.server} (context {self.context!r}): {cause}"
+            f"cannot reach the Kubernetes API at {self.server}{via} (context {self.context!r}): {cause}"
         )
 
     def _api_error(
@@ -379,10 +381,22 @@ class Kube:
         return self._api
 
 
+# Set on a Configuration without a proxy so that the port-forward's websocket gets options at
+# all (see _no_environment_proxy); it is never sent: headers for a proxy go only to a proxy.
+_NO_PROXY_MARKER = {"x-deployctl-no-environment-proxy": "1"}
+
+
 def connect(kubeconfig: str | None = None, context: str | None = None) -> Kube:
-    """Load a kubeconfig (or the in-cluster service account) into a Kube, without network calls."""
+    """Load a kubeconfig (or the in-cluster service account) into a Kube, without network calls.
+
+    The API server is reached as the kubeconfig says: directly, or through its cluster's
+    ``proxy-url``. HTTPS_PROXY/HTTP_PROXY/NO_PROXY are ignored, as for the gate endpoint
+    (``orchestrator.http``): a CI runner's proxy for internet egress must not carry cluster
+    traffic, and an air-gapped deployment must not depend on what a shell exports.
+    """
     path = kubeconfig or os.environ.get("KUBECONFIG") or os.path.expanduser("~/.kube/config")
     configuration = k8s.Configuration()
+    _no_environment_proxy(configuration)
     try:
         if (
             kubeconfig is None
@@ -412,4 +426,19 @@ def connect(kubeconfig: str | None = None, context: str | None = None) -> Kube:
     except (OSError, ValueError, yaml.YAMLError) as e:  # unreadable or malformed YAML
         raise errors.UsageError(f"cannot read kubeconfig {path}: {errors.shorten(str(e), 200)}") from e
     configuration.retries = 0  # we retry where it is safe, with our own deadlines
+    if configuration.proxy is None:
+        # websocket-client (the port-forward) reads the proxy variables itself unless told that no
+        # host needs a proxy, and the kubernetes client passes it options only when a proxy or
+        # proxy headers are configured.
+        configuration.no_proxy = "*"
+        configuration.proxy_headers = dict(_NO_PROXY_MARKER)
     return Kube(k8s.ApiClient(configuration), context_name, configuration.host)
+
+
+def _no_environment_proxy(configuration: k8s.Configuration) -> None:
+    """Drop the proxy the client took from the environment; a kubeconfig ``proxy-url`` still applies.
+
+    Assigning ``proxy`` also stops the client from re-reading the environment when the host is set.
+    """
+    configuration.proxy = None
+    configuration.no_proxy = None

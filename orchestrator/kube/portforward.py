@@ -8,6 +8,7 @@ its own port-forward websocket to the pod.
 from __future__ import annotations
 
 import contextlib
+import re
 import select
 import socket
 import threading
@@ -22,6 +23,8 @@ from orchestrator import errors
 from orchestrator.kube.client import Kube
 
 _CHUNK = 65536
+_HANDSHAKE_STATUS = re.compile(r"Handshake status (\d{3})")
+_STATUS_MESSAGE = re.compile(r'"message"\s*:\s*"((?:[^"\\]|\\.)*)"')
 _PROXY_THREAD_PREFIX = "Kubernetes port forward proxy"
 
 
@@ -42,6 +45,16 @@ def _quiet_proxy_hangups(args: threading.ExceptHookArgs) -> None:
 
 _previous_excepthook = threading.excepthook
 threading.excepthook = _quiet_proxy_hangups
+
+
+class _Unauthorized(errors.ClusterError):
+    """The tunnel's credentials were rejected (401); reported like any other 401 of the API."""
+
+
+def _status_message(text: str) -> str:
+    """The ``message`` of the Status JSON in a refused handshake, or the text cut short."""
+    found = _STATUS_MESSAGE.search(text)
+    return errors.shorten(found.group(1).replace('\\"', '"') if found else text, 300)
 
 
 class PortForwarder:
@@ -66,6 +79,7 @@ class PortForwarder:
         self._threads: list[threading.Thread] = []
 
     def __enter__(self) -> PortForwarder:
+        self._check_allowed()
         thread = threading.Thread(target=self._accept_loop, name=f"pf-{self.pod}", daemon=True)
         thread.start()
         self._threads.append(thread)
@@ -92,7 +106,26 @@ class PortForwarder:
             thread = threading.Thread(target=self._relay, args=(conn,), daemon=True)
             thread.start()
 
+    def _check_allowed(self) -> None:
+        """Open one tunnel now, so that RBAC or credentials refusing it fail the command.
+
+        Later tunnels are opened per connection in relay threads, where an error can only close
+        the connection: the health gate would then wait out its deadline and blame the server
+        for what is a missing ``pods/portforward`` permission. Any other failure here (the pod
+        not serving yet) is left to the health gate, which judges it under its deadline.
+        """
+        try:
+            tunnel = self._open_remote()
+        except (errors.Forbidden, _Unauthorized):
+            self.close()
+            raise
+        except errors.ClusterError:
+            return
+        with contextlib.suppress(Exception):  # the library's close may meet a dead socket
+            tunnel.close()
+
     def _open_remote(self) -> Any:
+        target = f"pod {self.namespace}/{self.pod}:{self.port}"
         try:
             with self._open_lock:
                 return k8s_portforward(
@@ -102,9 +135,24 @@ class PortForwarder:
                     ports=str(self.port),
                 )
         except (ApiException, websocket.WebSocketException, OSError) as e:
-            raise errors.ClusterError(
-                f"port-forward to pod {self.namespace}/{self.pod}:{self.port} failed: {errors.shorten(str(e), 200)}"
-            ) from e
+            # The client reports a refused websocket upgrade as ApiException(status=0) whose
+            # reason carries the HTTP status and the API server's Status JSON.
+            text = str(getattr(e, "reason", None) or e)
+            status = _HANDSHAKE_STATUS.search(text)
+            message = _status_message(text)
+            if status and status.group(1) == "403":
+                raise errors.Forbidden(
+                    f"forbidden: port-forward to {target} was refused ({message}). The gate reaches "
+                    f"pods through the API server and needs create and get on pods/portforward in "
+                    f"namespace {self.namespace}. Grant it in the Role (see manifests/rbac/)"
+                ) from e
+            if status and status.group(1) == "401":
+                raise _Unauthorized(
+                    f"port-forward to {target}: the API server rejected the credentials of context "
+                    f"{self._kube.context!r} (401 Unauthorized: expired or wrong token/certificate?); "
+                    "refresh the kubeconfig"
+                ) from e
+            raise errors.ClusterError(f"port-forward to {target} failed: {errors.shorten(text, 200)}") from e
 
     def _relay(self, local: socket.socket) -> None:
         """Pump bytes both ways until either side closes. Errors close this connection only."""
