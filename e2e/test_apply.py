@@ -38,9 +38,7 @@ class Env:
     cluster: localcluster.Cluster
     api: kubernetes.client.ApiClient
 
-    def apply(
-        self, doc: dict[str, Any], *extra: str, filename: str = "profile.yaml", timeout: float = 180
-    ) -> Any:
+    def apply(self, doc: dict[str, Any], *extra: str, filename: str = "profile.yaml", timeout: float = 180) -> Any:
         path = write_profile(self.tmp, doc, filename)
         return deployctl(self.kubeconfig, "apply", str(path), "--output", "json", *extra, timeout=timeout)
 
@@ -174,9 +172,7 @@ def test_crash_loop_with_cuda_oom_is_explained_and_rolled_back(env: Env) -> None
     bad = profile(
         env.namespace,
         engine={"maxNumSeqs": 31},
-        placement={
-            "podAnnotations": {"sim.deployctl.dev/behavior": "crash-loop", "sim.deployctl.dev/backoff": "2s"}
-        },
+        placement={"podAnnotations": {"sim.deployctl.dev/behavior": "crash-loop", "sim.deployctl.dev/backoff": "2s"}},
     )
     started = time.monotonic()
     result = env.apply(bad)
@@ -208,9 +204,7 @@ def test_failing_health_rolls_back_with_exit_6(env: Env, simulator: Callable[...
 def test_rollback_to_1_history_status_and_audit(env: Env) -> None:
     assert env.apply(profile(env.namespace)).code == 0
     assert env.apply(profile(env.namespace, engine={"maxNumSeqs": 16})).code == 0
-    result = deployctl(
-        env.kubeconfig, "rollback", "llm", "-n", env.namespace, "--to", "1", "--output", "json"
-    )
+    result = deployctl(env.kubeconfig, "rollback", "llm", "-n", env.namespace, "--to", "1", "--output", "json")
     assert result.code == 0, result.stdout + result.stderr
     assert result.json["revision"] == 3 and result.json["rolled_back_to"] == 1
     rows = env.history()
@@ -230,10 +224,7 @@ def test_audit_verify_reports_an_edited_record_with_its_revision(env: Env) -> No
     assert env.apply(profile(env.namespace)).code == 0
     assert env.apply(profile(env.namespace, engine={"maxNumSeqs": 16})).code == 0
     exported = env.tmp / "export.json"
-    assert (
-        deployctl(env.kubeconfig, "audit", "export", "llm", "-n", env.namespace, "-o", str(exported)).code
-        == 0
-    )
+    assert deployctl(env.kubeconfig, "audit", "export", "llm", "-n", env.namespace, "-o", str(exported)).code == 0
     core = kubernetes.client.CoreV1Api(env.api)
     name = "deployctl.llm.v1"
     cm = core.read_namespaced_config_map(name, env.namespace)
@@ -308,11 +299,8 @@ def test_diff_shows_the_change_a_new_profile_would_make(env: Env) -> None:
     result = deployctl(env.kubeconfig, "diff", str(changed))
     assert result.code == 1, result.stderr
     assert (
-        ("Deployment/llm" in result.stdout
-        and "+" in result.stdout
-        and "'8'" in result.stdout)
-        or '"8"' in result.stdout
-    )
+        "Deployment/llm" in result.stdout and "+" in result.stdout and "'8'" in result.stdout
+    ) or '"8"' in result.stdout
 
 
 def test_gitops_gate_waits_for_the_synced_profile_then_gates_and_records(env: Env) -> None:
@@ -337,9 +325,7 @@ def test_gitops_gate_waits_for_the_synced_profile_then_gates_and_records(env: En
 
 def _lease_holder(env: Env) -> str | None:
     try:
-        lease = kubernetes.client.CoordinationV1Api(env.api).read_namespaced_lease(
-            "deployctl-llm", env.namespace
-        )
+        lease = kubernetes.client.CoordinationV1Api(env.api).read_namespaced_lease("deployctl-llm", env.namespace)
     except kubernetes.client.ApiException:
         return None
     holder: str | None = lease.spec.holder_identity
@@ -352,3 +338,33 @@ def _wait(done: Callable[[], bool], timeout: float, what: str) -> None:
         if time.monotonic() > deadline:
             raise TimeoutError(f"timed out after {timeout:.0f}s waiting for {what}")
         time.sleep(0.2)
+
+
+def test_slo_only_change_replaces_no_pod_and_is_not_refused_as_downtime(env: Env) -> None:
+    # One replica of TP=4 on each NVLink A100 node: no spare node for a surge.
+    first = profile(env.namespace, tp=4, rollout={"replicas": 2, "allowDowntime": False})
+    assert env.apply(first).code == 0
+    pods_before = {
+        p.metadata.name
+        for p in kubernetes.client.CoreV1Api(env.api)
+        .list_namespaced_pod(env.namespace, label_selector="deployctl.dev/release=llm")
+        .items
+    }
+    slo_only = profile(env.namespace, tp=4, rollout={"replicas": 2, "allowDowntime": False})
+    slo_only["gate"]["smoke"]["slo"]["p95_ttft_ms"] = "<=400"
+    result = env.apply(slo_only)
+    assert result.code == 0, result.stdout + result.stderr
+    assert "pods unchanged" in result.json["message"]
+    pods_after = {
+        p.metadata.name
+        for p in kubernetes.client.CoreV1Api(env.api)
+        .list_namespaced_pod(env.namespace, label_selector="deployctl.dev/release=llm")
+        .items
+    }
+    assert pods_after == pods_before
+    changed = profile(env.namespace, tp=4, rollout={"replicas": 2, "allowDowntime": False}, engine={"maxNumSeqs": 16})
+    # A real change with no spare node: two replicas go one at a time, so one keeps serving.
+    result = env.apply(changed)
+    assert result.code == 0, result.stdout + result.stderr
+    strategy = env.deployment().spec.strategy.rolling_update
+    assert (strategy.max_surge, strategy.max_unavailable) == (0, 1)

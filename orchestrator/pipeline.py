@@ -139,7 +139,10 @@ def apply(profile: Profile, profile_text: str, options: Options, report: Reporte
         nodes, _ = kube.list("Node")
         pods, _ = kube.list("Pod")
         deployment = kube.get("Deployment", name, namespace)
-        check = preflight.check(profile, nodes, pods, deployment is not None)
+        # Only a changed pod template replaces pods; an SLO or gate change must not be refused
+        # as downtime, nor wait for a surge.
+        replaces_pods = deployment is not None and _pod_template_changes(kube, profile, deployment)
+        check = preflight.check(profile, nodes, pods, replaces_pods)
     for warning in check.warnings:
         report("preflight", f"warning: {warning}")
     if check.refusal:
@@ -179,7 +182,12 @@ def apply(profile: Profile, profile_text: str, options: Options, report: Reporte
             profile_hash=profile.spec_hash(),
             actor=actor,
         )
-        description = "install" if live is None else f"upgrade from revision {live.revision}"
+        if live is None:
+            description = "install"
+        elif replaces_pods:
+            description = f"upgrade from revision {live.revision}"
+        else:
+            description = f"update of revision {live.revision} (pods unchanged)"
         outcome = _deploy(
             kube,
             profile,
@@ -195,6 +203,17 @@ def apply(profile: Profile, profile_text: str, options: Options, report: Reporte
         )
         outcome.warnings = list(check.warnings) + outcome.warnings
         return outcome
+
+
+def _pod_template_changes(kube: Kube, profile: Profile, live: dict[str, Any]) -> bool:
+    """Whether applying the profile would replace pods: a server-side dry-run fills in the same
+    defaults as the live object, so the two pod templates compare exactly."""
+    rendered = next(o for o in render.render(profile) if o["kind"] == "Deployment")
+    try:
+        would_be = kube.apply(rendered, dry_run=True)
+    except errors.ClusterError:
+        return True  # cannot tell: assume the rollout happens, which is the careful answer
+    return bool(would_be.get("spec", {}).get("template") != live.get("spec", {}).get("template"))
 
 
 def planner_check(profile: Profile) -> dict[str, Any]:
