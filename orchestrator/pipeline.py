@@ -16,45 +16,15 @@ from typing import Any
 
 import yaml
 
-from orchestrator import audit, bench, errors, gate, health, planner, preflight, releases, render, rollout
+from orchestrator import applyset, audit, bench, errors, gate, health, planner, preflight, releases, render, rollout
 from orchestrator.errors import ExitCode
 from orchestrator.kube import Kube, PortForwarder, connect
 from orchestrator.lock import DEFAULT_TTL_SECONDS, ReleaseLock
 from orchestrator.profile import Profile
 
-MANAGED_KINDS = ("Deployment", "Service", "ServiceAccount", "PodDisruptionBudget", "NetworkPolicy")
-RELEASE_LABEL = rollout.RELEASE_LABEL
 PROFILE_HASH_ANNOTATION = render.PROFILE_HASH_ANNOTATION
-GATE_ERROR_RETRIES = 2
-
-# What apply, gate and rollback do in the release's namespace: (verb, group, resource, subresource).
-# Checked before the first write, so a Role missing one verb fails fast, names it, and changes nothing.
-REQUIRED_ACCESS = [
-    *[
-        (verb, group, resource, "")
-        for group, resource in (
-            ("apps", "deployments"),
-            ("", "services"),
-            ("", "serviceaccounts"),
-            ("policy", "poddisruptionbudgets"),
-            ("networking.k8s.io", "networkpolicies"),
-        )
-        for verb in ("get", "list", "watch", "patch", "delete")
-    ],
-    ("create", "", "configmaps", ""),
-    ("list", "", "configmaps", ""),
-    ("get", "coordination.k8s.io", "leases", ""),
-    ("create", "coordination.k8s.io", "leases", ""),
-    ("update", "coordination.k8s.io", "leases", ""),
-    ("list", "apps", "replicasets", ""),
-    ("watch", "apps", "replicasets", ""),
-    ("list", "", "pods", ""),
-    ("watch", "", "pods", ""),
-    ("get", "", "pods", "log"),
-    ("create", "", "pods", "portforward"),
-    ("list", "", "events", ""),
-    ("watch", "", "events", ""),
-]
+GATE_ERROR_RETRIES = 2  # an Error verdict (could not measure) is retried before it counts
+GITOPS_SYNC_POLL_SECONDS = 2.0
 
 Reporter = Callable[[str, str], None]  # (phase, message)
 
@@ -116,10 +86,70 @@ class _Timings(dict[str, float]):
 class _Failure:
     cls: str
     message: str
-    stage: str  # rollout | health | smoke | apply
+    stage: str  # apply | rollout | health | smoke
 
     def to_json(self) -> dict[str, str]:
         return {"class": self.cls, "message": self.message, "stage": self.stage}
+
+    @property
+    def in_gate(self) -> bool:
+        """Health and smoke failures are gate failures (exit 6 after a rollback), the rest rollout ones (5)."""
+        return self.stage in ("health", "smoke")
+
+
+@dataclasses.dataclass(frozen=True)
+class _Release:
+    """What a revision is, for its record: everything but the outcome."""
+
+    name: str
+    namespace: str
+    manifests: bytes
+    profile_text: str
+    plan: dict[str, Any] | None
+    model: releases.ModelRef
+    image: str
+    profile_hash: str
+    actor: dict[str, Any]
+
+    def record(
+        self,
+        kube: Kube,
+        *,
+        outcome: releases.Outcome,
+        description: str,
+        gate_json: dict[str, Any] | None = None,
+        failure: dict[str, str] | None = None,
+        rollback_of: int | None = None,
+    ) -> releases.Record:
+        return releases.append(
+            kube,
+            self.name,
+            self.namespace,
+            outcome=outcome,
+            description=description,
+            manifests=self.manifests,
+            profile_text=self.profile_text,
+            plan=self.plan,
+            gate=gate_json,
+            failure=failure,
+            rollback_of=rollback_of,
+            model=self.model,
+            image=self.image,
+            profile_hash=self.profile_hash,
+            actor=self.actor,
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class _GateSpec:
+    """How to judge a rolled-out revision: where its pods serve and how long each step may take."""
+
+    model: str
+    port: int
+    endpoint: str | None
+    rollout_timeout: float
+    health_timeout: float
+    smoke: Profile | None  # the profile whose smoke gate runs; None: health only
 
 
 # --- apply --------------------------------------------------------------------------------------
@@ -134,14 +164,15 @@ def apply(profile: Profile, profile_text: str, options: Options, report: Reporte
     kube = connect(options.kubeconfig, options.context)
     with timings.phase("preflight"):
         user = kube.whoami()
-        _ensure_namespace(kube, namespace, options.create_namespace)
-        check_access(kube, namespace)
+        applyset.ensure_namespace(kube, namespace, options.create_namespace)
+        applyset.check_access(kube, namespace)
         nodes, _ = kube.list("Node")
         pods, _ = kube.list("Pod")
         deployment = kube.get("Deployment", name, namespace)
         # Only a changed pod template replaces pods; an SLO or gate change must not be refused
         # as downtime, nor wait for a surge.
-        replaces_pods = deployment is not None and _pod_template_changes(kube, profile, deployment)
+        rendered_deployment = next(o for o in render.render(profile) if o["kind"] == "Deployment")
+        replaces_pods = deployment is not None and applyset.pod_template_changes(kube, rendered_deployment, deployment)
         check = preflight.check(profile, nodes, pods, replaces_pods)
     for warning in check.warnings:
         report("preflight", f"warning: {warning}")
@@ -153,34 +184,24 @@ def apply(profile: Profile, profile_text: str, options: Options, report: Reporte
             ExitCode.ROLLOUT_FAILED,
             check.refusal,
             timings=dict(timings),
-            failure={"class": "preflight", "message": check.refusal},
+            failure={"class": "preflight", "message": check.refusal, "stage": "preflight"},
             warnings=list(check.warnings),
         )
-    report(
-        "preflight",
-        f"strategy: {check.strategy_name}" + (" (downtime: one replica, no spare GPUs)" if check.downtime else ""),
-    )
-    actor = releases.actor(user, options.environ)
-    with ReleaseLock(
-        kube,
-        namespace,
-        name,
-        user,
-        ttl_seconds=options.lock_ttl,
-        warn=lambda m: report("lock", f"warning: {m}"),
-    ):
-        history = releases.load_history(kube, name, namespace)
-        live = releases.live(history)
+    downtime = " (downtime: one replica, no spare GPUs)" if check.downtime else ""
+    report("preflight", f"strategy: {check.strategy_name}{downtime}")
+    with _locked(kube, namespace, name, user, options, report):
+        live = releases.live(releases.load_history(kube, name, namespace))
         objects = render.render(profile, strategy=check.strategy)
-        manifests = render.to_yaml(objects).encode()
-        record_base = _RecordBase(
+        revision = _Release(
+            name=name,
+            namespace=namespace,
+            manifests=render.to_yaml(objects).encode(),
             profile_text=profile_text,
             plan=plan,
-            model=profile.model.name,
-            model_revision=profile.model.revision,
+            model={"name": profile.model.name, "revision": profile.model.revision},
             image=profile.engine.image,
             profile_hash=profile.spec_hash(),
-            actor=actor,
+            actor=releases.actor(user, options.environ),
         )
         if live is None:
             description = "install"
@@ -188,32 +209,9 @@ def apply(profile: Profile, profile_text: str, options: Options, report: Reporte
             description = f"upgrade from revision {live.revision}"
         else:
             description = f"update of revision {live.revision} (pods unchanged)"
-        outcome = _deploy(
-            kube,
-            profile,
-            objects,
-            manifests,
-            record_base,
-            description,
-            live,
-            options,
-            report,
-            timings,
-            smoke=profile.gate.smoke.enabled and not options.skip_bench,
-        )
-        outcome.warnings = list(check.warnings) + outcome.warnings
-        return outcome
-
-
-def _pod_template_changes(kube: Kube, profile: Profile, live: dict[str, Any]) -> bool:
-    """Whether applying the profile would replace pods: a server-side dry-run fills in the same
-    defaults as the live object, so the two pod templates compare exactly."""
-    rendered = next(o for o in render.render(profile) if o["kind"] == "Deployment")
-    try:
-        would_be = kube.apply(rendered, dry_run=True)
-    except errors.ClusterError:
-        return True  # cannot tell: assume the rollout happens, which is the careful answer
-    return bool(would_be.get("spec", {}).get("template") != live.get("spec", {}).get("template"))
+        outcome = _deploy(kube, profile, objects, revision, description, live, options, report, timings)
+    outcome.warnings = list(check.warnings) + outcome.warnings
+    return outcome
 
 
 def planner_check(profile: Profile) -> dict[str, Any]:
@@ -228,101 +226,42 @@ def planner_check(profile: Profile) -> dict[str, Any]:
     return plan.to_json()
 
 
-@dataclasses.dataclass
-class _RecordBase:
-    profile_text: str
-    plan: dict[str, Any]
-    model: str
-    model_revision: str | None
-    image: str
-    profile_hash: str
-    actor: dict[str, Any]
+def _gate_spec(profile: Profile, options: Options) -> _GateSpec:
+    timeout = options.timeout or float(profile.rollout.progressDeadlineSeconds)
+    return _GateSpec(
+        model=profile.model.name,
+        port=profile.engine.port,
+        endpoint=options.endpoint or profile.gate.endpoint,
+        rollout_timeout=timeout,
+        health_timeout=min(timeout, float(profile.gate.health.timeoutSeconds)),
+        smoke=profile if profile.gate.smoke.enabled and not options.skip_bench else None,
+    )
 
 
 def _deploy(
     kube: Kube,
     profile: Profile,
     objects: list[dict[str, Any]],
-    manifests: bytes,
-    base: _RecordBase,
+    revision: _Release,
     description: str,
     live: releases.Record | None,
     options: Options,
     report: Reporter,
     timings: _Timings,
-    *,
-    smoke: bool,
-    rollback_of: int | None = None,
 ) -> Outcome:
-    name, namespace = profile.metadata.name, profile.metadata.namespace
     with timings.phase("apply"):
-        report("apply", f"server-side apply of {len(objects)} objects to {namespace}")
+        report("apply", f"server-side apply of {len(objects)} objects to {revision.namespace}")
         try:
-            apply_objects(kube, name, namespace, objects)
+            applyset.apply(kube, revision.name, revision.namespace, objects)
         except errors.ClusterError as e:
-            failure = _Failure("apply", e.message, "apply")
-            return _fail(kube, profile, manifests, base, description, live, failure, options, report, timings)
-    timeout = options.timeout or float(profile.rollout.progressDeadlineSeconds)
-    with timings.phase("rollout"):
-        result = rollout.watch_rollout(kube, namespace, name, timeout=timeout, progress=lambda m: report("rollout", m))
-    if not result.ok:
-        assert result.failure is not None
-        failure = _Failure(result.failure.cls, result.failure.message, "rollout")
-        return _fail(kube, profile, manifests, base, description, live, failure, options, report, timings)
-    gate_json: dict[str, Any] | None = None
-    with _pod_urls(
-        kube, namespace, result.new_pods, profile.engine.port, options.endpoint or profile.gate.endpoint
-    ) as urls:
-        with timings.phase("health"):
-            hr = health.wait_healthy(
-                urls,
-                profile.model.name,
-                timeout=min(timeout, float(profile.gate.health.timeoutSeconds)),
-                progress=lambda m: report("health", m),
-            )
-        if not hr.ok:
-            failure = _Failure("health", f"the new pods did not pass the health gate: {hr.explain()}", "health")
-            return _fail(kube, profile, manifests, base, description, live, failure, options, report, timings)
-        report("health", f"healthy: {', '.join(urls)}")
-        if smoke:
-            with timings.phase("smoke"):
-                previous = live.gate if live is not None else None
-                verdict = run_smoke(profile, next(iter(urls.values())), previous, report)
-            gate_json = verdict.to_json()
-            if verdict.verdict in (gate.Verdict.FAIL, gate.Verdict.ERROR):
-                cls = "slo_failed" if verdict.verdict == gate.Verdict.FAIL else "gate_error"
-                failure = _Failure(cls, verdict.summary(), "smoke")
-                return _fail(
-                    kube,
-                    profile,
-                    manifests,
-                    base,
-                    description,
-                    live,
-                    failure,
-                    options,
-                    report,
-                    timings,
-                    gate_json=gate_json,
-                )
-    record = releases.append(
-        kube,
-        name,
-        namespace,
-        outcome="deployed",
-        description=description,
-        manifests=manifests,
-        profile_text=base.profile_text,
-        plan=base.plan,
-        gate=gate_json,
-        failure=None,
-        rollback_of=rollback_of,
-        model={"name": base.model, "revision": base.model_revision},
-        image=base.image,
-        profile_hash=base.profile_hash,
-        actor=base.actor,
+            applied = _Failure("apply", e.message, "apply")
+            return _fail(kube, revision, description, live, applied, None, options, report, timings)
+    failure, gate_json = _verify(
+        kube, revision.name, revision.namespace, _gate_spec(profile, options), live, report, timings
     )
-    message = f"revision {record.revision} of {name} is deployed ({description})"
+    if failure is not None:
+        return _fail(kube, revision, description, live, failure, gate_json, options, report, timings)
+    record = revision.record(kube, outcome="deployed", description=description, gate_json=gate_json)
     warnings = []
     if gate_json is not None and gate_json.get("verdict") == gate.Verdict.INCONCLUSIVE.label:
         # Inconclusive is no evidence against the revision, so it is kept, not rolled back, and
@@ -330,15 +269,57 @@ def _deploy(
         warnings.append(f"the smoke gate was inconclusive and did not judge this revision: {gate_json.get('summary')}")
     return Outcome(
         "deployed",
-        name,
-        namespace,
+        revision.name,
+        revision.namespace,
         ExitCode.OK,
-        message,
+        f"revision {record.revision} of {revision.name} is deployed ({description})",
         revision=record.revision,
         timings=dict(timings),
         gate=gate_json,
         warnings=warnings,
     )
+
+
+def _verify(
+    kube: Kube,
+    name: str,
+    namespace: str,
+    spec: _GateSpec,
+    live: releases.Record | None,
+    report: Reporter,
+    timings: _Timings,
+    *,
+    phase: str = "",
+) -> tuple[_Failure | None, dict[str, Any] | None]:
+    """Watch the rollout, health-gate every new pod, then run the smoke gate when asked.
+
+    Returns the failure (None when the revision passed) and the smoke gate report (None when
+    the smoke gate did not run).
+    """
+    with timings.phase("rollout"):
+        result = rollout.watch_rollout(
+            kube, namespace, name, timeout=spec.rollout_timeout, progress=lambda m: report(phase or "rollout", m)
+        )
+    if not result.ok:
+        assert result.failure is not None
+        return _Failure(result.failure.cls, result.failure.message, "rollout"), None
+    with _pod_urls(kube, namespace, result.new_pods, spec.port, spec.endpoint) as urls:
+        with timings.phase("health"):
+            hr = health.wait_healthy(
+                urls, spec.model, timeout=spec.health_timeout, progress=lambda m: report(phase or "health", m)
+            )
+        if not hr.ok:
+            return _Failure("health", f"the new pods did not pass the health gate: {hr.explain()}", "health"), None
+        report(phase or "health", f"healthy: {', '.join(urls)}")
+        if spec.smoke is None:
+            return None, None
+        with timings.phase("smoke"):
+            verdict = run_smoke(spec.smoke, next(iter(urls.values())), live.gate if live else None, report)
+    gate_json = verdict.to_json()
+    if verdict.verdict in (gate.Verdict.FAIL, gate.Verdict.ERROR):
+        cls = "slo_failed" if verdict.verdict == gate.Verdict.FAIL else "gate_error"
+        return _Failure(cls, verdict.summary(), "smoke"), gate_json
+    return None, gate_json
 
 
 def run_smoke(profile: Profile, url: str, previous: dict[str, Any] | None, report: Reporter) -> gate.GateReport:
@@ -357,10 +338,7 @@ def run_smoke(profile: Profile, url: str, previous: dict[str, Any] | None, repor
     )
     verdict: gate.GateReport | None = None
     for attempt in range(1, GATE_ERROR_RETRIES + 2):
-        report(
-            "smoke",
-            f"smoke benchmark: {smoke.requests} requests, {smoke.concurrency} streams (attempt {attempt})",
-        )
+        report("smoke", f"smoke benchmark: {smoke.requests} requests, {smoke.concurrency} streams (attempt {attempt})")
         try:
             bench_report = bench.run(config)
         except errors.EndpointError as e:
@@ -382,79 +360,55 @@ def run_smoke(profile: Profile, url: str, previous: dict[str, Any] | None, repor
 
 def _fail(
     kube: Kube,
-    profile: Profile,
-    manifests: bytes,
-    base: _RecordBase,
+    revision: _Release,
     description: str,
     live: releases.Record | None,
     failure: _Failure,
+    gate_json: dict[str, Any] | None,
     options: Options,
     report: Reporter,
     timings: _Timings,
-    *,
-    gate_json: dict[str, Any] | None = None,
 ) -> Outcome:
     """Record the failed revision, then restore the last good release (or remove a failed install)."""
-    name, namespace = profile.metadata.name, profile.metadata.namespace
+    name, namespace = revision.name, revision.namespace
     report(failure.stage, f"FAILED ({failure.cls}): {failure.message}")
-    failed = releases.append(
+    failed = revision.record(
         kube,
-        name,
-        namespace,
         outcome="failed",
         description=f"{description} failed: {failure.cls}",
-        manifests=manifests,
-        profile_text=base.profile_text,
-        plan=base.plan,
-        gate=gate_json,
+        gate_json=gate_json,
         failure={"class": failure.cls, "message": failure.message},
-        rollback_of=None,
-        model={"name": base.model, "revision": base.model_revision},
-        image=base.image,
-        profile_hash=base.profile_hash,
-        actor=base.actor,
     )
-    gate_stage = failure.stage in ("health", "smoke")
-    if not options.rollback:
+
+    def outcome(result: str, code: ExitCode, message: str, rolled_back_to: int | None = None) -> Outcome:
         return Outcome(
-            "failed",
+            result,
             name,
             namespace,
-            ExitCode.ROLLOUT_FAILED,
-            f"revision {failed.revision} failed ({failure.cls}) and was left in place (--no-rollback)",
+            code,
+            message,
             revision=failed.revision,
             failure=failure.to_json(),
             timings=dict(timings),
             gate=gate_json,
+            rolled_back_to=rolled_back_to,
         )
+
+    what = f"revision {failed.revision} failed ({failure.cls})"
+    rolled_back_code = ExitCode.GATE_FAILED_ROLLED_BACK if failure.in_gate else ExitCode.ROLLOUT_FAILED
+    if not options.rollback:
+        return outcome("failed", ExitCode.ROLLOUT_FAILED, f"{what} and was left in place (--no-rollback)")
     with timings.phase("rollback"):
         if live is None:
             report("rollback", "no earlier release: removing what this install created")
             try:
-                remove_objects(kube, name, namespace)
+                applyset.remove(kube, name, namespace)
             except errors.ClusterError as e:
-                return Outcome(
-                    "failed",
-                    name,
-                    namespace,
-                    ExitCode.ROLLBACK_FAILED,
-                    f"revision {failed.revision} failed ({failure.cls}) and removing it failed too: {e.message}",
-                    revision=failed.revision,
-                    failure=failure.to_json(),
-                    timings=dict(timings),
-                    gate=gate_json,
-                )
-            return Outcome(
+                return outcome("failed", ExitCode.ROLLBACK_FAILED, f"{what} and removing it failed too: {e.message}")
+            return outcome(
                 "rolled_back",
-                name,
-                namespace,
-                ExitCode.GATE_FAILED_ROLLED_BACK if gate_stage else ExitCode.ROLLOUT_FAILED,
-                f"revision {failed.revision} failed ({failure.cls}); it was the first install, so its "
-                f"objects were removed. {failure.message}",
-                revision=failed.revision,
-                failure=failure.to_json(),
-                timings=dict(timings),
-                gate=gate_json,
+                rolled_back_code,
+                f"{what}; it was the first install, so its objects were removed. {failure.message}",
             )
         report("rollback", f"rolling back to revision {live.revision}")
         restored = restore(
@@ -463,34 +417,67 @@ def _fail(
             f"rollback to {live.revision} after revision {failed.revision} failed",
             options,
             report,
-            base.actor,
+            revision.actor,
         )
     if restored.exit_code != ExitCode.OK:
-        return Outcome(
+        return outcome(
             "failed",
-            name,
-            namespace,
             ExitCode.ROLLBACK_FAILED,
-            f"revision {failed.revision} failed ({failure.cls}) and the rollback to revision "
-            f"{live.revision} failed too: {restored.message}",
-            revision=failed.revision,
-            failure=failure.to_json(),
-            timings=dict(timings),
-            gate=gate_json,
+            f"{what} and the rollback to revision {live.revision} failed too: {restored.message}",
         )
-    return Outcome(
+    return outcome(
         "rolled_back",
-        name,
-        namespace,
-        ExitCode.GATE_FAILED_ROLLED_BACK if gate_stage else ExitCode.ROLLOUT_FAILED,
-        f"revision {failed.revision} failed ({failure.cls}) and was rolled back to revision "
-        f"{live.revision} (now revision {restored.revision}). {failure.message}",
-        revision=failed.revision,
-        failure=failure.to_json(),
-        timings=dict(timings),
-        gate=gate_json,
+        rolled_back_code,
+        f"{what} and was rolled back to revision {live.revision} (now revision {restored.revision}). {failure.message}",
         rolled_back_to=live.revision,
     )
+
+
+# --- rollback (on-call) -------------------------------------------------------------------------
+
+
+def rollback(name: str, namespace: str, to: int | None, options: Options, report: Reporter) -> Outcome:
+    """Re-apply an earlier revision's stored bytes; needs nothing but a kubeconfig."""
+    kube = connect(options.kubeconfig, options.context)
+    user = kube.whoami()
+    applyset.check_access(kube, namespace)
+    with _locked(kube, namespace, name, user, options, report):
+        history = releases.load_history(kube, name, namespace)
+        if not history:
+            raise errors.UnknownRelease(
+                f"release {name} has no records in namespace {namespace}; "
+                "check the name and -n (`deployctl history NAME -n NS` lists a release's revisions)"
+            )
+        target = _rollback_target(history, name, to)
+        problems = [
+            p for p in audit.verify(history, release=name, namespace=namespace) if p.revision == target.revision
+        ]
+        if problems:
+            raise errors.AuditFailed(
+                f"revision {target.revision} of {name} fails its integrity check, so its stored manifests "
+                f"are not re-applied: {'; '.join(p.message for p in problems)}"
+            )
+        report("rollback", f"rolling back {name} to revision {target.revision} ({target.description})")
+        return restore(
+            kube, target, f"rollback to {target.revision}", options, report, releases.actor(user, options.environ)
+        )
+
+
+def _rollback_target(history: list[releases.Record], name: str, to: int | None) -> releases.Record:
+    if to is not None:
+        target = releases.get(history, to)
+        if target.outcome != "deployed":
+            raise errors.UsageError(
+                f"revision {to} of {name} never passed its gate ({target.description}); "
+                "roll back to a revision that was deployed (see `deployctl history`)"
+            )
+        return target
+    found = releases.rollback_target(history)
+    if found is None:
+        raise errors.UsageError(
+            f"release {name} has no earlier good revision to roll back to; pass --to N (see `deployctl history`)"
+        )
+    return found
 
 
 def restore(
@@ -506,42 +493,27 @@ def restore(
     timings = _Timings()
     objects = [o for o in yaml.safe_load_all(target.manifests.decode()) if o]
     with timings.phase("apply"):
-        apply_objects(kube, name, namespace, objects)
-    deployment = next((o for o in objects if o.get("kind") == "Deployment"), None)
-    timeout = options.timeout or float((deployment or {}).get("spec", {}).get("progressDeadlineSeconds", 1800))
-    failure: dict[str, str] | None = None
-    with timings.phase("rollout"):
-        result = rollout.watch_rollout(kube, namespace, name, timeout=timeout, progress=lambda m: report("rollback", m))
-    if not result.ok:
-        assert result.failure is not None
-        failure = result.failure.to_json()
-    else:
-        port = _container_port(deployment)
-        with (
-            _pod_urls(kube, namespace, result.new_pods, port, options.endpoint) as urls,
-            timings.phase("health"),
-        ):
-            hr = health.wait_healthy(
-                urls, target.model.get("name", ""), timeout=timeout, progress=lambda m: report("rollback", m)
-            )
-        if not hr.ok:
-            failure = {"class": "health", "message": hr.explain()}
-    record = releases.append(
-        kube,
-        name,
-        namespace,
-        outcome="failed" if failure else "deployed",
-        description=description + (" (failed)" if failure else ""),
+        applyset.apply(kube, name, namespace, objects)
+    failure, _ = _verify(
+        kube, name, namespace, _stored_gate_spec(target, objects, options), None, report, timings, phase="rollback"
+    )
+    revision = _Release(
+        name=name,
+        namespace=namespace,
         manifests=target.manifests,
         profile_text=target.profile,
         plan=target.plan,
-        gate=None,
-        failure=failure,
-        rollback_of=target.revision,
         model=target.model,
         image=target.image,
         profile_hash=target.profile_hash,
         actor=actor,
+    )
+    record = revision.record(
+        kube,
+        outcome="failed" if failure else "deployed",
+        description=description + (" (failed)" if failure else ""),
+        failure={"class": failure.cls, "message": failure.message} if failure else None,
+        rollback_of=target.revision,
     )
     if failure:
         return Outcome(
@@ -549,9 +521,9 @@ def restore(
             name,
             namespace,
             ExitCode.ROLLBACK_FAILED,
-            f"rollback to revision {target.revision} failed ({failure['class']}): {failure['message']}",
+            f"rollback to revision {target.revision} failed ({failure.cls}): {failure.message}",
             revision=record.revision,
-            failure=failure,
+            failure=failure.to_json(),
             timings=dict(timings),
         )
     return Outcome(
@@ -566,178 +538,84 @@ def restore(
     )
 
 
-# --- rollback (on-call) and gate (GitOps) -------------------------------------------------------
+def _stored_gate_spec(target: releases.Record, objects: list[dict[str, Any]], options: Options) -> _GateSpec:
+    """Health-gate settings for a stored revision, read from its own manifests and profile text.
+
+    The stored profile is read leniently (plain YAML, not today's schema): a rollback must work
+    for a revision written by an older deployctl.
+    """
+    deployment = next((o for o in objects if o.get("kind") == "Deployment"), {})
+    containers = deployment.get("spec", {}).get("template", {}).get("spec", {}).get("containers") or [{}]
+    ports = containers[0].get("ports") or [{}]
+    try:
+        stored = yaml.safe_load(target.profile) or {}
+    except yaml.YAMLError:
+        stored = {}
+    gate_section = stored.get("gate") if isinstance(stored, dict) else None
+    gate_section = gate_section if isinstance(gate_section, dict) else {}
+    health_section = gate_section.get("health")
+    health_section = health_section if isinstance(health_section, dict) else {}
+    timeout = options.timeout or float(deployment.get("spec", {}).get("progressDeadlineSeconds", 1800))
+    return _GateSpec(
+        model=target.model.get("name", ""),
+        port=int(ports[0].get("containerPort", 8000)),
+        endpoint=options.endpoint or gate_section.get("endpoint"),
+        rollout_timeout=timeout,
+        health_timeout=min(timeout, float(health_section.get("timeoutSeconds", 1800))),
+        smoke=None,  # a rollback restores what ran before: health decides, no SLO run at 3 a.m.
+    )
 
 
-def rollback(name: str, namespace: str, to: int | None, options: Options, report: Reporter) -> Outcome:
-    """Re-apply an earlier revision's stored bytes; needs nothing but a kubeconfig."""
-    kube = connect(options.kubeconfig, options.context)
-    user = kube.whoami()
-    check_access(kube, namespace)
-    with ReleaseLock(
-        kube,
-        namespace,
-        name,
-        user,
-        ttl_seconds=options.lock_ttl,
-        warn=lambda m: report("lock", f"warning: {m}"),
-    ):
-        history = releases.load_history(kube, name, namespace)
-        if not history:
-            raise errors.NotFound(
-                f"release {name} has no records in namespace {namespace}; "
-                f"check the name and -n (deployctl history lists releases' revisions)"
-            )
-        if to is not None:
-            target = releases.get(history, to)
-            if target.outcome != "deployed":
-                raise errors.UsageError(
-                    f"revision {to} of {name} never passed its gate ({target.description}); "
-                    "roll back to a revision that was deployed"
-                )
-        else:
-            found = releases.rollback_target(history)
-            if found is None:
-                raise errors.UsageError(
-                    f"release {name} has no earlier good revision to roll back to; "
-                    "pass --to N (see `deployctl history`)"
-                )
-            target = found
-        problems = audit.verify(history, release=name, namespace=namespace)
-        if any(p.revision == target.revision for p in problems):
-            raise errors.AuditFailed(
-                f"revision {target.revision} of {name} fails its integrity check, so its stored manifests "
-                f"are not re-applied: {'; '.join(p.message for p in problems if p.revision == target.revision)}"
-            )
-        report("rollback", f"rolling back {name} to revision {target.revision} ({target.description})")
-        return restore(
-            kube,
-            target,
-            f"rollback to {target.revision}",
-            options,
-            report,
-            releases.actor(user, options.environ),
-        )
+# --- gate (GitOps) ------------------------------------------------------------------------------
 
 
 def gate_only(profile: Profile, profile_text: str, options: Options, report: Reporter) -> Outcome:
-    """GitOps: wait for what Argo CD/Flux applied to carry this profile, then gate and record it."""
+    """GitOps: wait for what Argo CD/Flux applied to carry this profile, then gate and record it.
+
+    There is no rollback here: in GitOps the fix is a revert in git (docs/gitops.md).
+    """
     timings = _Timings()
     name, namespace = profile.metadata.name, profile.metadata.namespace
     plan = planner_check(profile)
     kube = connect(options.kubeconfig, options.context)
     user = kube.whoami()
-    check_access(kube, namespace)
-    timeout = options.timeout or float(profile.rollout.progressDeadlineSeconds)
+    applyset.check_access(kube, namespace)
+    spec = _gate_spec(profile, options)
     want = profile.spec_hash()
     with timings.phase("sync"):
-        deadline = time.monotonic() + timeout
-        while True:
-            dep = kube.get("Deployment", name, namespace)
-            have = (dep or {}).get("metadata", {}).get("annotations", {}).get(PROFILE_HASH_ANNOTATION)
-            if have == want:
-                break
-            if time.monotonic() > deadline:
-                return Outcome(
-                    "failed",
-                    name,
-                    namespace,
-                    ExitCode.GATE_FAILED_ROLLED_BACK,
-                    f"Deployment {namespace}/{name} never carried profile hash {want[:12]} (has "
-                    f"{(have or 'none')[:12]}); did the GitOps sync apply this commit's manifests?",
-                    timings=dict(timings),
-                    failure={"class": "not_synced", "message": "profile hash mismatch"},
-                )
-            report(
-                "sync",
-                f"waiting for the GitOps tool to apply profile {want[:12]} (live: {(have or 'none')[:12]})",
-            )
-            time.sleep(2)
-    with ReleaseLock(
-        kube,
-        namespace,
-        name,
-        user,
-        ttl_seconds=options.lock_ttl,
-        warn=lambda m: report("lock", f"warning: {m}"),
-    ):
-        history = releases.load_history(kube, name, namespace)
-        live = releases.live(history)
-        objects = render.render(profile)
-        manifests = render.to_yaml(objects).encode()
-        base = _RecordBase(
-            profile_text,
-            plan,
-            profile.model.name,
-            profile.model.revision,
-            profile.engine.image,
-            want,
-            releases.actor(user, options.environ),
+        have = _wait_for_sync(kube, name, namespace, want, spec.rollout_timeout, report)
+    if have != want:
+        return Outcome(
+            "failed",
+            name,
+            namespace,
+            ExitCode.GATE_FAILED_ROLLED_BACK,
+            f"Deployment {namespace}/{name} never carried profile hash {want[:12]} (has {(have or 'none')[:12]}); "
+            "did the GitOps sync apply this commit's manifests?",
+            timings=dict(timings),
+            failure={"class": "not_synced", "message": "profile hash mismatch", "stage": "sync"},
         )
-        gitops = dataclasses.replace(options, rollback=False)
-        outcome = _deploy_gate_only(kube, profile, manifests, base, live, gitops, report, timings)
-        return outcome
-
-
-def _deploy_gate_only(
-    kube: Kube,
-    profile: Profile,
-    manifests: bytes,
-    base: _RecordBase,
-    live: releases.Record | None,
-    options: Options,
-    report: Reporter,
-    timings: _Timings,
-) -> Outcome:
-    name, namespace = profile.metadata.name, profile.metadata.namespace
-    timeout = options.timeout or float(profile.rollout.progressDeadlineSeconds)
-    with timings.phase("rollout"):
-        result = rollout.watch_rollout(kube, namespace, name, timeout=timeout, progress=lambda m: report("rollout", m))
-    failure: _Failure | None = None
-    gate_json: dict[str, Any] | None = None
-    if not result.ok:
-        assert result.failure is not None
-        failure = _Failure(result.failure.cls, result.failure.message, "rollout")
-    else:
-        with _pod_urls(
-            kube, namespace, result.new_pods, profile.engine.port, options.endpoint or profile.gate.endpoint
-        ) as urls:
-            with timings.phase("health"):
-                hr = health.wait_healthy(
-                    urls,
-                    profile.model.name,
-                    timeout=float(profile.gate.health.timeoutSeconds),
-                    progress=lambda m: report("health", m),
-                )
-            if not hr.ok:
-                failure = _Failure("health", hr.explain(), "health")
-            elif profile.gate.smoke.enabled and not options.skip_bench:
-                with timings.phase("smoke"):
-                    verdict = run_smoke(profile, next(iter(urls.values())), live.gate if live else None, report)
-                gate_json = verdict.to_json()
-                if verdict.verdict in (gate.Verdict.FAIL, gate.Verdict.ERROR):
-                    failure = _Failure(
-                        "slo_failed" if verdict.verdict == gate.Verdict.FAIL else "gate_error",
-                        verdict.summary(),
-                        "smoke",
-                    )
-    record = releases.append(
-        kube,
-        name,
-        namespace,
-        outcome="failed" if failure else "deployed",
-        description=f"gitops sync gated{' — failed: ' + failure.cls if failure else ''}",
-        manifests=manifests,
-        profile_text=base.profile_text,
-        plan=base.plan,
-        gate=gate_json,
-        failure=failure.to_json() if failure else None,
-        rollback_of=None,
-        model={"name": base.model, "revision": base.model_revision},
-        image=base.image,
-        profile_hash=base.profile_hash,
-        actor=base.actor,
-    )
+    with _locked(kube, namespace, name, user, options, report):
+        live = releases.live(releases.load_history(kube, name, namespace))
+        revision = _Release(
+            name=name,
+            namespace=namespace,
+            manifests=render.to_yaml(render.render(profile)).encode(),
+            profile_text=profile_text,
+            plan=plan,
+            model={"name": profile.model.name, "revision": profile.model.revision},
+            image=profile.engine.image,
+            profile_hash=want,
+            actor=releases.actor(user, options.environ),
+        )
+        failure, gate_json = _verify(kube, name, namespace, spec, live, report, timings)
+        record = revision.record(
+            kube,
+            outcome="failed" if failure else "deployed",
+            description=f"gitops sync gated{' — failed: ' + failure.cls if failure else ''}",
+            gate_json=gate_json,
+            failure={"class": failure.cls, "message": failure.message} if failure else None,
+        )
     if failure:
         return Outcome(
             "failed",
@@ -763,55 +641,27 @@ def _deploy_gate_only(
     )
 
 
-# --- cluster writes ---------------------------------------------------------------------------
+def _wait_for_sync(kube: Kube, name: str, namespace: str, want: str, timeout: float, report: Reporter) -> str | None:
+    """The profile hash on the live Deployment once it equals ``want``, or the last one seen at the deadline."""
+    deadline = time.monotonic() + timeout
+    while True:
+        dep = kube.get("Deployment", name, namespace)
+        have: str | None = (dep or {}).get("metadata", {}).get("annotations", {}).get(PROFILE_HASH_ANNOTATION)
+        if have == want or time.monotonic() > deadline:
+            return have
+        report("sync", f"waiting for the GitOps tool to apply profile {want[:12]} (live: {(have or 'none')[:12]})")
+        time.sleep(GITOPS_SYNC_POLL_SECONDS)
 
 
-def check_access(kube: Kube, namespace: str) -> None:
-    """Refuse before any write when the identity lacks a permission the sequence will need."""
-    missing = [
-        f"{verb} {resource}{'/' + sub if sub else ''}" + (f" ({group})" if group else "")
-        for verb, group, resource, sub in REQUIRED_ACCESS
-        if not kube.can_i(verb, resource, namespace, group=group, subresource=sub)
-    ]
-    if missing:
-        raise errors.Forbidden(
-            f"the identity of context {kube.context!r} may not: {', '.join(missing)} in namespace {namespace}. "
-            "Nothing was changed. Bind it to deployctl's Role (`deployctl render PROFILE --format rbac`)"
-        )
+# --- plumbing -----------------------------------------------------------------------------------
 
 
-def _ensure_namespace(kube: Kube, namespace: str, create: bool) -> None:
-    if kube.get("Namespace", namespace) is not None:
-        return
-    if not create:
-        raise errors.RolloutFailed(f"namespace {namespace} does not exist; create it, or pass --create-namespace")
-    with contextlib.suppress(errors.Conflict):
-        kube.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
-
-
-def apply_objects(kube: Kube, name: str, namespace: str, objects: list[dict[str, Any]]) -> None:
-    """Server-side apply every object, then prune this release's objects the new set no longer has."""
-    for obj in objects:
-        kube.apply(obj)
-    keep = {(o["kind"], o["metadata"]["name"]) for o in objects}
-    for kind in MANAGED_KINDS:
-        items, _ = kube.list(kind, namespace, labels=f"{RELEASE_LABEL}={name}")
-        for item in items:
-            if (kind, item["metadata"]["name"]) not in keep:
-                kube.delete(kind, item["metadata"]["name"], namespace)
-
-
-def remove_objects(kube: Kube, name: str, namespace: str) -> None:
-    for kind in MANAGED_KINDS:
-        items, _ = kube.list(kind, namespace, labels=f"{RELEASE_LABEL}={name}")
-        for item in items:
-            kube.delete(kind, item["metadata"]["name"], namespace)
-
-
-def _container_port(deployment: dict[str, Any] | None) -> int:
-    containers = (deployment or {}).get("spec", {}).get("template", {}).get("spec", {}).get("containers") or [{}]
-    ports = containers[0].get("ports") or [{}]
-    return int(ports[0].get("containerPort", 8000))
+@contextlib.contextmanager
+def _locked(kube: Kube, namespace: str, name: str, user: str, options: Options, report: Reporter) -> Iterator[None]:
+    with ReleaseLock(
+        kube, namespace, name, user, ttl_seconds=options.lock_ttl, warn=lambda m: report("lock", f"warning: {m}")
+    ):
+        yield
 
 
 @contextlib.contextmanager
