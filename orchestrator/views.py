@@ -25,7 +25,7 @@ def history(options: Options, name: str, namespace: str) -> list[dict[str, Any]]
     kube = connect(options.kubeconfig, options.context)
     records = releases.load_history(kube, name, namespace)
     if not records:
-        raise errors.NotFound(f"release {name} has no records in namespace {namespace} (check -n)")
+        raise errors.UnknownRelease(f"release {name} has no records in namespace {namespace} (check -n)")
     return releases.summaries(records)
 
 
@@ -33,7 +33,7 @@ def status(options: Options, name: str, namespace: str) -> dict[str, Any]:
     kube = connect(options.kubeconfig, options.context)
     records = releases.load_history(kube, name, namespace)
     if not records:
-        raise errors.NotFound(f"release {name} has no records in namespace {namespace} (check -n)")
+        raise errors.UnknownRelease(f"release {name} has no records in namespace {namespace} (check -n)")
     live = releases.live(records)
     last_failed = next((r for r in reversed(records) if r.outcome == "failed"), None)
     deployment = kube.get("Deployment", name, namespace) or {}
@@ -97,7 +97,7 @@ def format_status(data: dict[str, Any]) -> str:
         )
     gate = data.get("gate")
     if gate:
-        lines.append(f"gate: {gate.get('verdict')} — {gate.get('summary', '')}")
+        lines.append(f"gate: {gate.get('summary') or gate.get('verdict')}")
     failure = data.get("last_failure")
     if failure:
         lines.append(
@@ -156,7 +156,7 @@ def audit_export(options: Options, name: str, namespace: str) -> dict[str, Any]:
     kube = connect(options.kubeconfig, options.context)
     records = releases.load_history(kube, name, namespace)
     if not records:
-        raise errors.NotFound(f"release {name} has no records in namespace {namespace} (check -n)")
+        raise errors.UnknownRelease(f"release {name} has no records in namespace {namespace} (check -n)")
     return audit.export(records, release=name, namespace=namespace)
 
 
@@ -173,7 +173,7 @@ def audit_verify(
         kube = connect(options.kubeconfig, options.context)
         records = releases.load_history(kube, name, namespace)
         if not records:
-            raise errors.NotFound(f"release {name} has no records in namespace {namespace} (check -n)")
+            raise errors.UnknownRelease(f"release {name} has no records in namespace {namespace} (check -n)")
         problems = audit.verify(records, release=name, namespace=namespace)
         if against:
             doc = _read_export(against)
