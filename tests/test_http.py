@@ -71,6 +71,11 @@ def test_non_200_raises_status_error_with_a_cut_body() -> None:
         (httpx.ReadTimeout("timed out"), http.EndpointTimeout),
         (httpx.WriteTimeout("timed out"), http.EndpointTimeout),
         (httpx.RemoteProtocolError("peer closed connection"), http.EndpointProtocolError),
+        # What a refused connection behind a port-forward or proxy looks like (httpcore's words).
+        (
+            httpx.RemoteProtocolError("Server disconnected without sending a response."),
+            http.EndpointUnreachable,
+        ),
         (httpx.ReadError("reset by peer"), http.EndpointProtocolError),
         (httpx.UnsupportedProtocol("gopher"), http.EndpointUnreachable),
     ],

@@ -376,11 +376,11 @@ def test_history_summaries_carry_status_and_who_and_what() -> None:
 
     rows = releases.summaries(records)
 
-    assert [(r["revision"], r["status"], r["description"]) for r in rows] == [
-        (1, "superseded", "install"),
-        (2, "superseded", "upgrade"),
-        (3, "failed", "gate failed: p95_ttft_ms 2100 > 1500"),
-        (4, "deployed", "rollback to 2"),
+    assert [(r["revision"], r["status"], r["description"], r["gate"]) for r in rows] == [
+        (1, "superseded", "install", None),
+        (2, "superseded", "upgrade", None),
+        (3, "failed", "gate failed: p95_ttft_ms 2100 > 1500", "Fail"),
+        (4, "deployed", "rollback to 2", None),
     ]
     assert rows[3] == {
         "revision": 4,
@@ -390,6 +390,7 @@ def test_history_summaries_carry_status_and_who_and_what() -> None:
         "actor": {"user": "alice", "ci": {}},
         "profile_hash": "sha256:B",
         "image": "registry.internal/vllm/vllm-openai:B",
+        "gate": None,
     }
 
 
