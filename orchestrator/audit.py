@@ -137,8 +137,7 @@ def verify(
                 report(
                     revision,
                     "chain",
-                    f"revision 1 names a predecessor ({_short(current.prev_hash)}): the chain was cut "
-                    "and re-rooted",
+                    f"revision 1 names a predecessor ({_short(current.prev_hash)}): the chain was cut and re-rooted",
                 )
         elif current.prev_hash != previous.hash:
             # Both records may hash correctly on their own, so one was rewritten together with its
@@ -220,9 +219,7 @@ def _parse_export(doc: Mapping[str, Any]) -> tuple[list[releases.Record], list[P
 def verify_export(doc: Mapping[str, Any]) -> list[Problem]:
     """``verify`` on an export document, offline, plus its head: the head must be the last record."""
     records, problems = _parse_export(doc)
-    problems += verify(
-        records, release=str(doc.get("release")), namespace=str(doc.get("namespace")), source="export"
-    )
+    problems += verify(records, release=str(doc.get("release")), namespace=str(doc.get("namespace")), source="export")
     newest = max(records, key=lambda r: r.revision, default=None)
     head = doc.get("head")
     found = {"revision": newest.revision, "hash": newest.hash} if newest else None

@@ -70,9 +70,7 @@ class _Stream:
                     self.done = True
                     return False
                 elif item.kind is sse.Kind.ERROR:
-                    return self.fail(
-                        metrics.FailureKind.STREAM_ERROR, f"error event in stream: {item.message}"
-                    )
+                    return self.fail(metrics.FailureKind.STREAM_ERROR, f"error event in stream: {item.message}")
                 elif item.kind is sse.Kind.MALFORMED:
                     return self.fail(metrics.FailureKind.PROTOCOL, item.message)
         return True
@@ -173,9 +171,7 @@ async def _warm_up(client: http.StreamClient, config: BenchConfig, shard: _Shard
             prompt, estimate = workload.build_prompt(
                 config.seed, -1 - i, f"{run_id}-w{shard.index}-{i}", config.input_tokens
             )
-            outcomes.append(
-                await send_one(client, workload.request_body(config, prompt), estimate, config.timeout)
-            )
+            outcomes.append(await send_one(client, workload.request_body(config, prompt), estimate, config.timeout))
 
     await asyncio.gather(*(worker() for _ in range(min(shard.warmup, shard.concurrency))))
     if all(s.failure in metrics.TRANSPORT_FAILURES for s in outcomes):
@@ -192,9 +188,7 @@ async def _measure(
     samples: list[metrics.RequestSample] = []
     # Duration-only runs number requests without end; shards interleave so numbers stay unique.
     indices: Iterator[int] = (
-        iter(shard.request_indices)
-        if shard.request_indices is not None
-        else itertools.count(shard.index, shard.stride)
+        iter(shard.request_indices) if shard.request_indices is not None else itertools.count(shard.index, shard.stride)
     )
 
     async def one(index: int) -> None:
@@ -373,9 +367,7 @@ def run(config: BenchConfig) -> BenchReport:
     return _report(config, run_id, wall, _run_sharded(config, shards, run_id))
 
 
-def _report(
-    config: BenchConfig, run_id: str, wall: datetime.datetime, results: Sequence[_ShardResult]
-) -> BenchReport:
+def _report(config: BenchConfig, run_id: str, wall: datetime.datetime, results: Sequence[_ShardResult]) -> BenchReport:
     samples = [s for r in results for s in r.samples]
     started = min(r.started for r in results)
     duration = max(r.ended for r in results) - started

@@ -31,18 +31,10 @@ class BenchReport(metrics.Metrics):
     aborted: str | None = pydantic.Field(
         default=None, description="Why nothing was measured (every warm-up request failed to connect)."
     )
-    ttfts_ms: list[float] = pydantic.Field(
-        default_factory=list, description="TTFT of each completed request."
-    )
-    tpots_ms: list[float] = pydantic.Field(
-        default_factory=list, description="TPOT of each completed request."
-    )
-    e2els_ms: list[float] = pydantic.Field(
-        default_factory=list, description="E2EL of each completed request."
-    )
-    output_lens: list[int] = pydantic.Field(
-        default_factory=list, description="Output tokens per completed request."
-    )
+    ttfts_ms: list[float] = pydantic.Field(default_factory=list, description="TTFT of each completed request.")
+    tpots_ms: list[float] = pydantic.Field(default_factory=list, description="TPOT of each completed request.")
+    e2els_ms: list[float] = pydantic.Field(default_factory=list, description="E2EL of each completed request.")
+    output_lens: list[int] = pydantic.Field(default_factory=list, description="Output tokens per completed request.")
 
     def to_json(self) -> str:
         return self.model_dump_json(indent=2)
@@ -138,8 +130,7 @@ def render_html(report: BenchReport) -> str:
     summary_rows = "".join(
         f"<tr><th>{e(header)}</th>"
         + "".join(
-            f"<td>{_fmt(getattr(report, f'{stat}_{key}_ms'))}</td>"
-            for stat in ("mean", "median", "std", "p95", "p99")
+            f"<td>{_fmt(getattr(report, f'{stat}_{key}_ms'))}</td>" for stat in ("mean", "median", "std", "p95", "p99")
         )
         + "</tr>"
         for key, _, header in _FAMILIES
@@ -157,11 +148,7 @@ def render_html(report: BenchReport) -> str:
     if report.aborted:
         facts.append(("aborted", report.aborted))
     fact_rows = "".join(f"<tr><th>{e(k)}</th><td>{e(v)}</td></tr>" for k, v in facts)
-    loop = (
-        "closed loop"
-        if cfg.request_rate is None
-        else f"{cfg.request_rate:g} req/s, burstiness {cfg.burstiness:g}"
-    )
+    loop = "closed loop" if cfg.request_rate is None else f"{cfg.request_rate:g} req/s, burstiness {cfg.burstiness:g}"
     return (
         "<!doctype html><html lang=en><head><meta charset=utf-8>"
         f"<title>deployctl bench: {e(cfg.model)}</title><style>"
@@ -210,9 +197,7 @@ def _histogram_svg(values: Sequence[float], title: str, bins: int = 30) -> str:
     for frac in (0.0, 0.25, 0.5, 0.75, 1.0):
         x = left + plot_w * frac
         tick = low + span * frac
-        parts.append(
-            f'<text x="{x:.1f}" y="{base + 16}" text-anchor="middle" font-size="11">{tick:.1f}</text>'
-        )
+        parts.append(f'<text x="{x:.1f}" y="{base + 16}" text-anchor="middle" font-size="11">{tick:.1f}</text>')
     for name, pct, colour in (("p50", 50, "#2a2"), ("p95", 95, "#d80"), ("p99", 99, "#c22")):
         value = metrics.percentile(ordered, pct)
         x = left + plot_w * (value - low) / span

@@ -119,9 +119,7 @@ def parse_config(data: dict[str, Any], source: str) -> ModelArch:
 def _arch_texts() -> dict[str, str]:
     root = resources.files("orchestrator").joinpath(_MODELS_DIR)
     return {
-        f.name.removesuffix(".json"): f.read_text(encoding="utf-8")
-        for f in root.iterdir()
-        if f.name.endswith(".json")
+        f.name.removesuffix(".json"): f.read_text(encoding="utf-8") for f in root.iterdir() if f.name.endswith(".json")
     }
 
 

@@ -26,8 +26,28 @@ VERSION = orchestrator.__version__
 SUPPORTED_KUBERNETES = "1.30 – 1.37"
 
 
+class _UsageError(click.UsageError):
+    exit_code = int(ExitCode.USAGE)
+
+
 class _Group(click.Group):
-    """Suggests the closest command for a mistyped one."""
+    """Suggests the closest command for a mistyped one; usage errors exit 1, not click's 2.
+
+    Exit code 2 means "invalid profile" to pipelines (docs/cli.md), so a mistyped option must
+    not look like one.
+    """
+
+    def make_context(self, *args: Any, **kwargs: Any) -> click.Context:
+        try:
+            return super().make_context(*args, **kwargs)
+        except click.UsageError as e:
+            raise _UsageError(e.message, e.ctx) from e
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except click.UsageError as e:
+            raise _UsageError(e.message, e.ctx) from e
 
     def resolve_command(self, ctx: click.Context, args: list[str]) -> Any:
         name = args[0] if args else ""
@@ -456,7 +476,7 @@ def inventory(kubeconfig: str | None, context: str | None, output_format: str) -
     )
 
 
-@main.group()
+@main.group(cls=_Group)
 def audit() -> None:
     """Verify or export the tamper-evident release chain."""
 

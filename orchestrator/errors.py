@@ -58,6 +58,16 @@ class NotFound(ClusterError):
     """An object we need (namespace, release, revision) is not in the cluster."""
 
 
+class UnknownRelease(NotFound):
+    """The release or revision the user named has no record: a typo or the wrong -n, so exit 1.
+
+    A NotFound still (callers that handle a missing object keep working), but the user's
+    mistake, not the cluster's (docs/cli.md: exit 1 for an unknown release or revision).
+    """
+
+    exit_code = ExitCode.USAGE
+
+
 class Conflict(ClusterError):
     """An optimistic-concurrency conflict (resourceVersion or create of an existing name)."""
 

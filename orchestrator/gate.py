@@ -23,9 +23,7 @@ from typing import Any
 from orchestrator import bench_report, metrics
 
 OPERATORS = ("<=", ">=", "==", "<", ">")  # two-character operators first: "<=" must not parse as "<"
-METRIC_NAMES = tuple(
-    name for name, field in metrics.Metrics.model_fields.items() if field.annotation is not str
-)
+METRIC_NAMES = tuple(name for name, field in metrics.Metrics.model_fields.items() if field.annotation is not str)
 _LOWER_IS_BETTER = ("<=", "<")
 _HIGHER_IS_BETTER = (">=", ">")
 
@@ -151,9 +149,7 @@ class GateReport:
 
 def error_report(message: str) -> GateReport:
     """The verdict when the benchmark could not run at all (the caller caught an EndpointError)."""
-    return GateReport(
-        Verdict.ERROR, (Check("measurement", "server answers", None, Verdict.ERROR, message),), {}, {}
-    )
+    return GateReport(Verdict.ERROR, (Check("measurement", "server answers", None, Verdict.ERROR, message),), {}, {})
 
 
 def evaluate(
@@ -171,19 +167,13 @@ def evaluate(
     conditions: dict[str, Condition] = {}
     for metric, condition in slo.items():
         _check_metric(metric)
-        conditions[metric] = (
-            condition if isinstance(condition, Condition) else parse_condition(metric, condition)
-        )
+        conditions[metric] = condition if isinstance(condition, Condition) else parse_condition(metric, condition)
     measured = {name: _as_float(getattr(report, name)) for name in METRIC_NAMES}
     facts = _bench_facts(report)
     problem = report.measurement_problem()
     if problem is not None:
-        rows = [
-            Check("measurement", "requests are answered", None, Verdict.ERROR, f"not measured: {problem}")
-        ]
-        rows += [
-            Check(m, str(c), measured[m], Verdict.ERROR, f"{m}: not measured") for m, c in conditions.items()
-        ]
+        rows = [Check("measurement", "requests are answered", None, Verdict.ERROR, f"not measured: {problem}")]
+        rows += [Check(m, str(c), measured[m], Verdict.ERROR, f"{m}: not measured") for m, c in conditions.items()]
         return GateReport(Verdict.ERROR, tuple(rows), measured, facts)
 
     distrust = _distrust(report, min_samples)
@@ -197,9 +187,7 @@ def evaluate(
         rows.append(_slo_row(metric, condition, value, distrust.get(metric), before, delta))
         if max_regression_pct is not None and previous_report is not None:
             rows.append(
-                _regression_row(
-                    metric, condition, value, before, delta, max_regression_pct, distrust, previous_note
-                )
+                _regression_row(metric, condition, value, before, delta, max_regression_pct, distrust, previous_note)
             )
     return GateReport(max(r.verdict for r in rows), tuple(rows), measured, facts)
 
@@ -218,9 +206,7 @@ def _distrust(report: bench_report.BenchReport, min_samples: int) -> dict[str, s
             if attempted < min_samples:
                 reasons[name] = f"only {attempted} requests ran, fewer than min_samples={min_samples}"
         elif report.completed < min_samples:
-            reasons[name] = (
-                f"only {report.completed} requests completed, fewer than min_samples={min_samples}"
-            )
+            reasons[name] = f"only {report.completed} requests completed, fewer than min_samples={min_samples}"
         elif report.client.saturated:
             reasons[name] = "client-bound run: " + "; ".join(report.client.reasons)
     return reasons
@@ -276,12 +262,8 @@ def _slo_row(
     holds = condition.holds(value)
     outcome = f"{metric} = {value:.4g}, {'meets' if holds else 'misses'} {condition}"
     if distrust is not None:
-        return Check(
-            metric, str(condition), value, Verdict.INCONCLUSIVE, f"{outcome}, but {distrust}", previous, delta
-        )
-    return Check(
-        metric, str(condition), value, Verdict.PASS if holds else Verdict.FAIL, outcome, previous, delta
-    )
+        return Check(metric, str(condition), value, Verdict.INCONCLUSIVE, f"{outcome}, but {distrust}", previous, delta)
+    return Check(metric, str(condition), value, Verdict.PASS if holds else Verdict.FAIL, outcome, previous, delta)
 
 
 def _regression_row(
@@ -300,9 +282,7 @@ def _regression_row(
     if condition.op not in _LOWER_IS_BETTER + _HIGHER_IS_BETTER:
         return Check(name, cond, value, Verdict.PASS, f"not compared: {condition} has no better direction")
     if value is None or previous is None:
-        return Check(
-            name, cond, value, Verdict.PASS, "not compared: no value in one of the runs", previous, delta
-        )
+        return Check(name, cond, value, Verdict.PASS, "not compared: no value in one of the runs", previous, delta)
     if delta is None:
         return Check(name, cond, value, Verdict.PASS, "not compared: previous value was 0", previous, delta)
     worse_pct = delta if condition.op in _LOWER_IS_BETTER else -delta
@@ -310,9 +290,7 @@ def _regression_row(
     if worse_pct <= limit:
         return Check(name, cond, value, Verdict.PASS, text, previous, delta)
     if metric in distrust:
-        return Check(
-            name, cond, value, Verdict.INCONCLUSIVE, f"{text}, but {distrust[metric]}", previous, delta
-        )
+        return Check(name, cond, value, Verdict.INCONCLUSIVE, f"{text}, but {distrust[metric]}", previous, delta)
     return Check(
         name,
         cond,
@@ -380,10 +358,7 @@ def format_table(gate_report: GateReport) -> str:
         for c in gate_report.checks
     ]
     widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
-    lines = [
-        "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
-        for row in [header, *rows]
-    ]
+    lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip() for row in [header, *rows]]
     lines.insert(1, "  ".join("-" * w for w in widths))
     lines.append("")
     lines += [f"{c.metric}: {c.reason}" for c in gate_report.checks if c.verdict is not Verdict.PASS]

@@ -125,9 +125,7 @@ class StreamClient:
             ),
             # The pool wait is bounded like a connect: every stream slot owns a connection, so
             # waiting longer than that for one means the pool is misconfigured, not busy.
-            timeout=httpx.Timeout(
-                connect=connect_timeout, read=read_timeout, write=read_timeout, pool=connect_timeout
-            ),
+            timeout=httpx.Timeout(connect=connect_timeout, read=read_timeout, write=read_timeout, pool=connect_timeout),
             transport=transport,
             trust_env=False,
             # Compression would make the server buffer tokens, which distorts inter-token timing.
@@ -212,9 +210,7 @@ class HealthResult:
     elapsed_s: float
 
 
-def check_health(
-    base_url: str, *, timeout: float = 5.0, transport: httpx.BaseTransport | None = None
-) -> HealthResult:
+def check_health(base_url: str, *, timeout: float = 5.0, transport: httpx.BaseTransport | None = None) -> HealthResult:
     """Probe ``GET {base_url}/health`` once; never raises for an unhealthy or unreachable server.
 
     The caller polls until its deadline, so "not yet" is data, not an exception. Only a URL that
@@ -234,9 +230,7 @@ def check_health(
     return HealthResult(False, response.status_code, f"HTTP {response.status_code}: {text}", elapsed)
 
 
-def served_models(
-    base_url: str, *, timeout: float = 10.0, transport: httpx.BaseTransport | None = None
-) -> list[str]:
+def served_models(base_url: str, *, timeout: float = 10.0, transport: httpx.BaseTransport | None = None) -> list[str]:
     """The model ids that ``GET {base_url}/v1/models`` lists; raises an EndpointError on failure."""
     url = check_url(base_url) + "/v1/models"
     try:
@@ -249,14 +243,11 @@ def served_models(
     try:
         payload: Any = response.json()
     except json.JSONDecodeError as e:
-        raise EndpointProtocolError(
-            f"{url}: the answer is not JSON: {errors.shorten(response.text, 200)}"
-        ) from e
+        raise EndpointProtocolError(f"{url}: the answer is not JSON: {errors.shorten(response.text, 200)}") from e
     entries = payload.get("data") if isinstance(payload, dict) else None
     if not isinstance(entries, list):
         raise EndpointProtocolError(
-            f"{url}: expected an OpenAI model list {{'data': [...]}}, "
-            f"got {errors.shorten(response.text, 200)}"
+            f"{url}: expected an OpenAI model list {{'data': [...]}}, got {errors.shorten(response.text, 200)}"
         )
     return [str(entry["id"]) for entry in entries if isinstance(entry, dict) and "id" in entry]
 

@@ -104,9 +104,7 @@ class ReleaseLock:
             except errors.Conflict:
                 current = self._kube.get("Lease", name, self.namespace)
                 if current is None:
-                    raise errors.Locked(
-                        f"release {self.release} is being locked by someone else; retry"
-                    ) from None
+                    raise errors.Locked(f"release {self.release} is being locked by someone else; retry") from None
                 self._raise_if_held(current)
                 self._take_over(current, spec)
         else:

@@ -133,9 +133,7 @@ class Metrics(pydantic.BaseModel):
     failed: int = pydantic.Field(description="Requests that did not complete (any FailureKind).")
     duration: float = pydantic.Field(description="Seconds from the first measured send to the last answer.")
     total_input_tokens: int = pydantic.Field(description="usage.prompt_tokens summed (estimate if absent).")
-    total_output_tokens: int = pydantic.Field(
-        description="usage.completion_tokens summed, see token_count_source."
-    )
+    total_output_tokens: int = pydantic.Field(description="usage.completion_tokens summed, see token_count_source.")
     request_throughput: float | None = pydantic.Field(description="completed / duration, requests/s.")
     output_throughput: float | None = pydantic.Field(description="total_output_tokens / duration, tokens/s.")
     total_token_throughput: float | None = pydantic.Field(
@@ -172,8 +170,7 @@ class Metrics(pydantic.BaseModel):
         description="1000 / median_tpot_ms: the decode speed one user sees."
     )
     token_count_source: str = pydantic.Field(
-        description="'usage' when every completed request reported usage.completion_tokens, "
-        "else what fell back."
+        description="'usage' when every completed request reported usage.completion_tokens, else what fell back."
     )
 
 
@@ -283,9 +280,7 @@ class ClientLoad(pydantic.BaseModel):
     mean_in_flight: float | None = pydantic.Field(
         description="Closed loop: time-weighted streams in flight while requests remained to be sent."
     )
-    cpu_seconds: float = pydantic.Field(
-        description="User+system CPU of all client processes while measuring."
-    )
+    cpu_seconds: float = pydantic.Field(description="User+system CPU of all client processes while measuring.")
     cpu_utilization: float | None = pydantic.Field(
         description="cpu_seconds / (duration × processes): 1.0 is one saturated core per process."
     )
@@ -324,8 +319,7 @@ def client_load(
         )
     if lag_p99 is not None and lag_p99 > LOOP_LAG_LIMIT_MS:
         reasons.append(
-            f"event loop late by {lag_p99:.1f} ms at p99 (limit {LOOP_LAG_LIMIT_MS:g} ms): "
-            "timestamps are taken late"
+            f"event loop late by {lag_p99:.1f} ms at p99 (limit {LOOP_LAG_LIMIT_MS:g} ms): timestamps are taken late"
         )
     if mean_in_flight is not None and mean_in_flight < IN_FLIGHT_RATIO * target_in_flight:
         reasons.append(

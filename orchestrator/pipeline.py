@@ -16,7 +16,7 @@ from typing import Any
 
 import yaml
 
-from orchestrator import applyset, audit, bench, errors, gate, health, planner, preflight, releases, render, rollout
+from orchestrator import applyset, audit, errors, gate, health, planner, preflight, releases, render, rollout
 from orchestrator.errors import ExitCode
 from orchestrator.kube import Kube, PortForwarder, connect
 from orchestrator.lock import DEFAULT_TTL_SECONDS, ReleaseLock
@@ -303,8 +303,9 @@ def _verify(
     if not result.ok:
         assert result.failure is not None
         return _Failure(result.failure.cls, result.failure.message, "rollout"), None
-    with _pod_urls(kube, namespace, result.new_pods, spec.port, spec.endpoint) as urls:
-        with timings.phase("health"):
+    with contextlib.ExitStack() as forwards:
+        with timings.phase("health"):  # opening the port-forwards is part of reaching the pods
+            urls = forwards.enter_context(_pod_urls(kube, namespace, result.new_pods, spec.port, spec.endpoint))
             hr = health.wait_healthy(
                 urls, spec.model, timeout=spec.health_timeout, progress=lambda m: report(phase or "health", m)
             )
@@ -324,6 +325,8 @@ def _verify(
 
 def run_smoke(profile: Profile, url: str, previous: dict[str, Any] | None, report: Reporter) -> gate.GateReport:
     """The smoke benchmark through ``url`` and its verdict; an Error verdict is retried a few times."""
+    from orchestrator import bench  # imported here: an apply with --skip-bench never pays for it
+
     smoke = profile.gate.smoke
     config = bench.BenchConfig(
         url=url,

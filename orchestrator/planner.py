@@ -201,9 +201,7 @@ def plan(profile: profile_schema.Profile) -> Plan:
     weights = _weights_bytes_per_gpu(layout) / GIB
     activation = _activation_bytes(layout, batched_tokens, eng.maxNumSeqs) / GIB
     non_torch = NON_TORCH_GIB_SINGLE if layout.tp == 1 else NON_TORCH_GIB_TENSOR_PARALLEL
-    graphs = (
-        CUDA_GRAPH_GIB_BASE + CUDA_GRAPH_GIB_PER_LAYER * layout.layers_per_gpu if graphs_reserved else 0.0
-    )
+    graphs = CUDA_GRAPH_GIB_BASE + CUDA_GRAPH_GIB_PER_LAYER * layout.layers_per_gpu if graphs_reserved else 0.0
     available = budget - weights - activation - non_torch - graphs
 
     kv_per_token = layout.kv_bytes_per_token()
@@ -499,9 +497,7 @@ def _weights_do_not_fit(c: _Context) -> Finding:
         return _weights_bytes_per_gpu(layout) / GIB
 
     bigger = [
-        tp
-        for tp in valid_tensor_parallel_sizes(a)
-        if tp > eng.tensorParallelSize and weights_gib(tp) < 0.8 * c.budget
+        tp for tp in valid_tensor_parallel_sizes(a) if tp > eng.tensorParallelSize and weights_gib(tp) < 0.8 * c.budget
     ]
     fix = f"use tensorParallelSize {bigger[0]}" if bigger else "use more GPUs per copy"
     return Finding(

@@ -54,9 +54,7 @@ def render_table(profile: Profile, plan: Plan, *, color: bool) -> str:
     for f in plan.findings:
         sev = f.severity
         label = (
-            f"\033[{ {'red': '31', 'yellow': '33', 'dim': '2'}[_SEVERITY_COLOR[sev]] }m{sev}\033[0m"
-            if color
-            else sev
+            f"\033[{ {'red': '31', 'yellow': '33', 'dim': '2'}[_SEVERITY_COLOR[sev]] }m{sev}\033[0m" if color else sev
         )
         lines.append(f"  {label}: {f.message}")
     return "\n".join(lines)

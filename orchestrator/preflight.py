@@ -148,9 +148,7 @@ def gpu_pools(
             continue
         labels = _labels(node)
         key = (labels.get(PRODUCT_LABEL, "unknown"), labels.get(nvlink_label[0]) == nvlink_label[1])
-        row = pools.setdefault(
-            key, {"product": key[0], "nvlink": key[1], "nodes": 0, "gpus_total": 0, "gpus_free": 0}
-        )
+        row = pools.setdefault(key, {"product": key[0], "nvlink": key[1], "nodes": 0, "gpus_total": 0, "gpus_free": 0})
         row["nodes"] += 1
         row["gpus_total"] += total
         if not _cordoned(node):
@@ -183,9 +181,7 @@ _SUFFIXES: list[tuple[str, decimal.Decimal]] = [
 # --- per node ---------------------------------------------------------------------------------
 
 
-def _judge(
-    prof: profile.Profile, node: Mapping[str, Any], used: dict[str, int], own: dict[str, int]
-) -> NodeReport:
+def _judge(prof: profile.Profile, node: Mapping[str, Any], used: dict[str, int], own: dict[str, int]) -> NodeReport:
     name, labels = _name(node), _labels(node)
     total = _node_gpus(node)
     product = labels.get(PRODUCT_LABEL)
@@ -303,11 +299,7 @@ def _gpus_by_node(
             continue
         used[node] = used.get(node, 0) + gpus
         meta = pod.get("metadata") or {}
-        if (
-            release is not None
-            and meta.get("namespace") == namespace
-            and _labels(pod).get(RELEASE_LABEL) == release
-        ):
+        if release is not None and meta.get("namespace") == namespace and _labels(pod).get(RELEASE_LABEL) == release:
             own[node] = own.get(node, 0) + gpus
     return used, own
 
@@ -451,9 +443,7 @@ def _no_node_refusal(prof: profile.Profile, reports: list[NodeReport]) -> str:
             groups.setdefault(r.reasons, []).append(r.name)
     if groups:
         sentences.append(
-            "Excluded: "
-            + "; ".join(f"{_names(names)}: {', '.join(why)}" for why, names in groups.items())
-            + "."
+            "Excluded: " + "; ".join(f"{_names(names)}: {', '.join(why)}" for why, names in groups.items()) + "."
         )
     sentences.append(
         "Fix the profile to fit an existing node (engine.tensorParallelSize, hardware.gpu, placement) "

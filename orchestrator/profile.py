@@ -98,19 +98,13 @@ class PvcSource(_Model):
 
     @pydantic.model_validator(mode="after")
     def _path_under_mount(self) -> PvcSource:
-        if not self.path.startswith("/") or not (self.path + "/").startswith(
-            self.mountPath.rstrip("/") + "/"
-        ):
-            raise ValueError(
-                f"path {self.path!r} must be an absolute path under mountPath {self.mountPath!r}"
-            )
+        if not self.path.startswith("/") or not (self.path + "/").startswith(self.mountPath.rstrip("/") + "/"):
+            raise ValueError(f"path {self.path!r} must be an absolute path under mountPath {self.mountPath!r}")
         return self
 
 
 class HostPathSource(_Model):
-    hostPath: str = Field(
-        description="Absolute directory on the node holding the weights (mounted read-only)."
-    )
+    hostPath: str = Field(description="Absolute directory on the node holding the weights (mounted read-only).")
     mountPath: str = Field(default="/models", description="Where the directory appears in the container.")
 
     @pydantic.field_validator("hostPath")
@@ -130,8 +124,7 @@ def _source_kind(value: Any) -> str | None:
 
 class ModelSpec(_Model):
     name: str = Field(
-        description="The served model name clients send in requests (`--served-model-name`), "
-        "e.g. the Hugging Face id.",
+        description="The served model name clients send in requests (`--served-model-name`), e.g. the Hugging Face id.",
         examples=["meta-llama/Meta-Llama-3-70B-Instruct"],
     )
     architecture: str | None = Field(
@@ -243,9 +236,7 @@ class EngineSpec(_Model):
         description="Further vLLM flags, checked against the flag list of `vllmVersion` so a misspelt flag "
         "fails validation rather than the pod.",
     )
-    port: int = Field(
-        default=8000, ge=1, le=65535, description="Port the OpenAI-compatible server listens on."
-    )
+    port: int = Field(default=8000, ge=1, le=65535, description="Port the OpenAI-compatible server listens on.")
     cpu: str = Field(default="8", description="CPU request per pod (tokenization and scheduling run on CPU).")
     memory: str = Field(default="64Gi", description="Memory request and limit per pod (host RAM, not VRAM).")
     shmSize: str | None = Field(
@@ -323,9 +314,7 @@ class HardwareSpec(_Model):
     @pydantic.model_validator(mode="after")
     def _gpu_or_memory(self) -> HardwareSpec:
         if self.gpu is None and self.memoryGiB is None:
-            raise ValueError(
-                "give hardware.gpu (one of " + ", ".join(catalog.gpu_keys()) + ") or hardware.memoryGiB"
-            )
+            raise ValueError("give hardware.gpu (one of " + ", ".join(catalog.gpu_keys()) + ") or hardware.memoryGiB")
         return self
 
 
@@ -348,9 +337,7 @@ def _default_tolerations() -> list[Toleration]:
 
 
 class PlacementSpec(_Model):
-    nodeSelector: dict[str, str] = Field(
-        default_factory=dict, description="Extra node labels a pod requires."
-    )
+    nodeSelector: dict[str, str] = Field(default_factory=dict, description="Extra node labels a pod requires.")
     nvlinkLabel: NodeLabel = Field(
         default_factory=NodeLabel, description="The node label that marks NVLink-connected GPUs."
     )
@@ -410,9 +397,7 @@ class SmokeSpec(_Model):
     concurrency: int = Field(default=16, ge=1, le=4096, description="Streams kept in flight.")
     requests: int = Field(default=64, ge=1, le=100_000, description="Measured requests.")
     warmup: int = Field(default=4, ge=0, le=10_000, description="Unmeasured warm-up requests sent first.")
-    inputTokens: int = Field(
-        default=512, ge=1, le=1_000_000, description="Approximate prompt length in tokens."
-    )
+    inputTokens: int = Field(default=512, ge=1, le=1_000_000, description="Approximate prompt length in tokens.")
     outputTokens: int = Field(default=128, ge=2, le=1_000_000, description="Tokens generated per request.")
     timeoutSeconds: int = Field(default=600, ge=1, description="Upper bound for the whole smoke run.")
     minSamples: int = Field(
@@ -423,6 +408,15 @@ class SmokeSpec(_Model):
         description='SLOs, vLLM SLA syntax: metric → condition, e.g. `p95_ttft_ms: "<=1500"`, '
         '`output_throughput: ">=1800"`, `error_rate: "<=0.01"`.',
     )
+
+    @pydantic.model_validator(mode="after")
+    def _samples_reachable(self) -> SmokeSpec:
+        if self.minSamples > self.requests:
+            raise ValueError(
+                f"minSamples ({self.minSamples}) is more than requests ({self.requests}): the gate could never "
+                "judge and every run would be Inconclusive; lower minSamples or raise requests"
+            )
+        return self
 
     @pydantic.field_validator("slo")
     @classmethod
@@ -506,9 +500,7 @@ class Profile(_Model):
     engine: EngineSpec = Field(description="The vLLM engine: image and serving parameters.")
     hardware: HardwareSpec = Field(description="The GPUs the model runs on.")
     placement: PlacementSpec = Field(default_factory=PlacementSpec, description="Where pods may land.")
-    rollout: RolloutSpec = Field(
-        default_factory=RolloutSpec, description="How a new revision replaces the old."
-    )
+    rollout: RolloutSpec = Field(default_factory=RolloutSpec, description="How a new revision replaces the old.")
     gate: GateSpec = Field(default_factory=GateSpec, description="What a revision must pass to be kept.")
     airgap: AirgapSpec = Field(default_factory=AirgapSpec, description="Offline and egress settings.")
 
@@ -603,9 +595,7 @@ def _describe(exc: pydantic.ValidationError, doc: strictyaml.Document, source: s
         where = f" (line {line})" if line else ""
         problems.append((line or 0, f"  {field}{where}: {_message(err, loc, doc)}"))
     problems.sort(key=lambda item: item[0])  # in file order, as the user reads it
-    return "\n".join(
-        [f"{source}: {len(problems)} problem(s) in the profile:"] + [text for _, text in problems]
-    )
+    return "\n".join([f"{source}: {len(problems)} problem(s) in the profile:"] + [text for _, text in problems])
 
 
 def _clean_loc(loc: tuple[Any, ...]) -> Loc:

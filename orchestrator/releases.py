@@ -165,9 +165,7 @@ def canonical_json(value: Any) -> bytes:
 
     NaN and infinity are refused: they are not JSON, and other tools could not read the record.
     """
-    return json.dumps(
-        value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
-    ).encode()
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode()
 
 
 def sha256(data: bytes) -> str:
@@ -197,9 +195,7 @@ def record_from_body(body: Mapping[str, Any], *, hash: str, manifests: bytes) ->
         value = body[key]
         # bool is an int in Python but not a revision number in JSON
         if not isinstance(value, types) or (isinstance(value, bool) and bool not in types):
-            raise ValueError(
-                f"{key} is {type(value).__name__}, expected {' or '.join(t.__name__ for t in types)}"
-            )
+            raise ValueError(f"{key} is {type(value).__name__}, expected {' or '.join(t.__name__ for t in types)}")
     if body["outcome"] not in ("deployed", "failed"):
         raise ValueError(f"outcome is {body['outcome']!r}, expected 'deployed' or 'failed'")
     model = body["model"]
@@ -407,7 +403,7 @@ def last_good_before(history: Sequence[Record], revision: int) -> Record | None:
     """
     by_revision = {r.revision: r for r in history}
     if revision not in by_revision:
-        raise errors.NotFound(f"revision {revision} is not in the history ({_revisions(history)})")
+        raise errors.UnknownRelease(f"revision {revision} is not in the history ({_revisions(history)})")
     current = by_revision[revision].manifests_sha256
     return next(
         (
@@ -441,7 +437,7 @@ def get(history: Sequence[Record], revision: int) -> Record:
     for record in history:
         if record.revision == revision:
             return record
-    raise errors.NotFound(f"revision {revision} is not in the history ({_revisions(history)})")
+    raise errors.UnknownRelease(f"revision {revision} is not in the history ({_revisions(history)})")
 
 
 def _revisions(history: Sequence[Record]) -> str:

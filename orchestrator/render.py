@@ -130,9 +130,7 @@ class ServerValues(_Values):
         description="Arguments of `vllm serve`: the model path first, then the flags deployctl derived from "
         "the profile, then the profile's extraArgs (a later flag wins)."
     )
-    port: int = Field(
-        default=8000, ge=1, le=65535, description="Port of the OpenAI-compatible API and /health."
-    )
+    port: int = Field(default=8000, ge=1, le=65535, description="Port of the OpenAI-compatible API and /health.")
     env: list[dict[str, Any]] = Field(
         default_factory=list,
         description="Container environment (Kubernetes EnvVars): HOME, the air-gap switches, HF_TOKEN.",
@@ -140,9 +138,7 @@ class ServerValues(_Values):
 
 
 class ModelValues(_Values):
-    servedName: str = Field(
-        description="Model name clients send (`--served-model-name`), shown in NOTES.txt."
-    )
+    servedName: str = Field(description="Model name clients send (`--served-model-name`), shown in NOTES.txt.")
     claimName: str = Field(
         default="",
         description="PersistentVolumeClaim holding the weights, mounted read-only; empty: use hostPath.",
@@ -151,9 +147,7 @@ class ModelValues(_Values):
         default="",
         description="Node directory holding the weights, used when claimName is empty (mounted read-only).",
     )
-    mountPath: str = Field(
-        default="/models", description="Where the weights volume appears in the container."
-    )
+    mountPath: str = Field(default="/models", description="Where the weights volume appears in the container.")
 
 
 class DisruptionValues(_Values):
@@ -197,16 +191,12 @@ class Values(_Values):
     imagePullSecrets: list[ImagePullSecret] = Field(
         default_factory=list, description="Secrets for pulling from the internal registry."
     )
-    replicaCount: int = Field(
-        default=1, ge=1, description="Model copies; each holds all the GPUs of one pod."
-    )
+    replicaCount: int = Field(default=1, ge=1, description="Model copies; each holds all the GPUs of one pod.")
     strategy: StrategyValues = Field(default_factory=StrategyValues, description="How pods are replaced.")
     progressDeadlineSeconds: int = Field(
         default=1800, ge=1, description="Deployment progress deadline; large models take minutes to load."
     )
-    revisionHistoryLimit: int = Field(
-        default=10, ge=0, description="Old ReplicaSets kept for `kubectl rollout undo`."
-    )
+    revisionHistoryLimit: int = Field(default=10, ge=0, description="Old ReplicaSets kept for `kubectl rollout undo`.")
     server: ServerValues = Field(description="The vLLM server container.")
     model: ModelValues = Field(description="The weights and where they are mounted.")
     resources: dict[str, Any] = Field(
@@ -222,12 +212,8 @@ class Values(_Values):
     livenessProbe: dict[str, Any] = Field(
         description="Liveness probe on /health; patient: a busy server is slow, a restart costs minutes."
     )
-    podSecurityContext: dict[str, Any] = Field(
-        description="Pod security context (Pod Security `restricted`)."
-    )
-    securityContext: dict[str, Any] = Field(
-        description="Container security context (Pod Security `restricted`)."
-    )
+    podSecurityContext: dict[str, Any] = Field(description="Pod security context (Pod Security `restricted`).")
+    securityContext: dict[str, Any] = Field(description="Container security context (Pod Security `restricted`).")
     podLabels: dict[str, str] = Field(default_factory=dict, description="Extra labels on the pods.")
     podAnnotations: dict[str, str] = Field(default_factory=dict, description="Extra annotations on the pods.")
     nodeSelector: dict[str, str] = Field(default_factory=dict, description="Node labels a pod requires.")
@@ -236,9 +222,7 @@ class Values(_Values):
     )
     tolerations: list[dict[str, Any]] = Field(default_factory=list, description="Tolerations of the pods.")
     priorityClassName: str = Field(default="", description="PriorityClass of the pods; empty: none.")
-    runtimeClassName: str = Field(
-        default="", description="RuntimeClass of the pods; empty: the cluster default."
-    )
+    runtimeClassName: str = Field(default="", description="RuntimeClass of the pods; empty: the cluster default.")
     terminationGracePeriodSeconds: int = Field(
         default=TERMINATION_GRACE_SECONDS, ge=0, description="Seconds a stopping pod gets to finish requests."
     )
@@ -271,9 +255,7 @@ def _resolve(profile: profiles.Profile, strategy: Mapping[str, Any] | None) -> V
         image=ImageValues(reference=engine.image),
         imagePullSecrets=[ImagePullSecret(name=n) for n in engine.imagePullSecrets],
         replicaCount=rollout.replicas,
-        strategy=_strategy(strategy)
-        if strategy is not None
-        else StrategyValues(**_STRATEGIES[rollout.strategy]),
+        strategy=_strategy(strategy) if strategy is not None else StrategyValues(**_STRATEGIES[rollout.strategy]),
         progressDeadlineSeconds=rollout.progressDeadlineSeconds,
         revisionHistoryLimit=rollout.revisionHistory,
         server=ServerValues(args=_server_args(profile), port=engine.port, env=_env(profile)),

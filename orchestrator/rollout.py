@@ -186,10 +186,7 @@ def watch_rollout(
                     _update(state, kind, etype, obj)
             except queue.Empty:
                 pass
-            if (
-                state.disconnected_since is not None
-                and time.monotonic() - state.disconnected_since > unreachable_limit
-            ):
+            if state.disconnected_since is not None and time.monotonic() - state.disconnected_since > unreachable_limit:
                 return judge.result(
                     state,
                     Failure(
@@ -289,7 +286,7 @@ class _Judge:
 
     def evaluate(self, state: _State) -> RolloutResult | None:
         dep = state.deployment
-        if dep is None or not _JUDGED_KINDS <= state.synced:
+        if dep is None or not state.synced >= _JUDGED_KINDS:
             # An unchanged Deployment is rolled out in its first event; judged before the
             # ReplicaSets and Pods are listed, it would pass with no new pods to gate.
             return None
@@ -381,9 +378,7 @@ class _Judge:
                     "must be mirrored into your internal registry and referenced by digest; check the name, "
                     "digest and imagePullSecrets",
                 )
-            terminated = (cs.get("lastState") or {}).get("terminated") or (cs.get("state") or {}).get(
-                "terminated"
-            )
+            terminated = (cs.get("lastState") or {}).get("terminated") or (cs.get("state") or {}).get("terminated")
             if reason == "CrashLoopBackOff" or (terminated and cs.get("restartCount", 0) >= 1):
                 return self._crash_failure(name, cs, terminated or {})
         return None
@@ -405,8 +400,7 @@ class _Judge:
             cls, fix = known
             return Failure(
                 cls,
-                f"pod {pod} is crash-looping (exit {exit_code}, {restarts} restarts): {fix}.\n"
-                f"Last log lines:\n{tail}",
+                f"pod {pod} is crash-looping (exit {exit_code}, {restarts} restarts): {fix}.\nLast log lines:\n{tail}",
             )
         return Failure(
             "crash_loop",
@@ -435,9 +429,7 @@ def _pod_phase(pod: dict[str, Any]) -> str:
     node = (pod.get("spec") or {}).get("nodeName")
     if not node:
         return "scheduling"
-    ready = any(
-        c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or []
-    )
+    ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or [])
     if ready:
         return f"ready on {node}"
     for cs in status.get("containerStatuses") or []:

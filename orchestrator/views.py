@@ -42,9 +42,7 @@ def status(options: Options, name: str, namespace: str) -> dict[str, Any]:
     for pod in sorted(pods, key=lambda p: p["metadata"]["name"]):
         conditions = {c["type"]: c["status"] for c in (pod.get("status") or {}).get("conditions") or []}
         containers = pod.get("spec", {}).get("containers") or []
-        gpus = sum(
-            int((c.get("resources", {}).get("limits") or {}).get("nvidia.com/gpu", 0)) for c in containers
-        )
+        gpus = sum(int((c.get("resources", {}).get("limits") or {}).get("nvidia.com/gpu", 0)) for c in containers)
         pod_rows.append(
             {
                 "name": pod["metadata"]["name"],
@@ -69,9 +67,7 @@ def status(options: Options, name: str, namespace: str) -> dict[str, Any]:
         },
         "pods": pod_rows,
         "gate": live.gate if live else None,
-        "last_failure": (
-            {"revision": last_failed.revision, **(last_failed.failure or {})} if last_failed else None
-        ),
+        "last_failure": ({"revision": last_failed.revision, **(last_failed.failure or {})} if last_failed else None),
         "revisions": len(records),
     }
 
@@ -89,10 +85,7 @@ def format_status(data: dict[str, Any]) -> str:
         lines.append(
             output.table(
                 ["POD", "READY", "PHASE", "NODE", "GPUS"],
-                [
-                    [p["name"], "yes" if p["ready"] else "no", p["phase"], p["node"], p["gpus"]]
-                    for p in data["pods"]
-                ],
+                [[p["name"], "yes" if p["ready"] else "no", p["phase"], p["node"], p["gpus"]] for p in data["pods"]],
             )
         )
     gate = data.get("gate")

@@ -157,18 +157,14 @@ def _check_one(index: int, arg: str, fs: FlagSet) -> Problem | None:
         )
     close = difflib.get_close_matches(base, sorted(fs.flags), n=1, cutoff=0.6)
     hint = f"; did you mean {close[0]}?" if close else ""
-    return Problem(
-        index, arg, "unknown", f"{base} is not a vLLM {fs.version} flag{hint}", close[0] if close else None
-    )
+    return Problem(index, arg, "unknown", f"{base} is not a vLLM {fs.version} flag{hint}", close[0] if close else None)
 
 
 @functools.cache
 def _flag_files() -> dict[str, str]:
     root = resources.files("orchestrator").joinpath(_DATA_DIR)
     return {
-        f.name.removesuffix(".json"): f.read_text(encoding="utf-8")
-        for f in root.iterdir()
-        if f.name.endswith(".json")
+        f.name.removesuffix(".json"): f.read_text(encoding="utf-8") for f in root.iterdir() if f.name.endswith(".json")
     }
 
 

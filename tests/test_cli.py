@@ -443,11 +443,6 @@ def test_a_mistyped_command_suggests_the_closest_one() -> None:
     assert "no such command 'aply'. Did you mean 'apply'?" in result.stderr
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="click exits 2 on usage errors, which docs/cli.md reserves for an invalid profile; "
-    "cli.py should map click.UsageError to exit 1",
-)
 @pytest.mark.parametrize(
     "args",
     [("aply", "p.yaml"), ("validate",), ("apply", str(DEV), "--lock-ttl", "2"), ("--bogus",)],

@@ -50,9 +50,7 @@ def test_minimal_profile_gets_documented_defaults() -> None:
 
 
 def test_tp4_requires_nvlink_by_default_and_profile_may_override() -> None:
-    p = profile.loads(
-        _minimal(engine=f"engine:\n  image: r{DIGEST}\n  tensorParallelSize: 4\n  maxModelLen: 4096\n")
-    )
+    p = profile.loads(_minimal(engine=f"engine:\n  image: r{DIGEST}\n  tensorParallelSize: 4\n  maxModelLen: 4096\n"))
     assert p.nvlink_required and p.gpus_per_pod == 4
     p2 = profile.loads(
         _minimal(
@@ -100,9 +98,7 @@ def test_spec_hash_is_stable_and_changes_with_content() -> None:
         (_minimal(engine=f"engine:\n  image: r{DIGEST}\n  maxModelLen: lots\n"), "engine.maxModelLen (line"),
         # 12 out of range
         (
-            _minimal(
-                engine=f"engine:\n  image: r{DIGEST}\n  maxModelLen: 4096\n  gpuMemoryUtilization: 1.5\n"
-            ),
+            _minimal(engine=f"engine:\n  image: r{DIGEST}\n  maxModelLen: 4096\n  gpuMemoryUtilization: 1.5\n"),
             "engine.gpuMemoryUtilization",
         ),
         # 13 unpinned image
@@ -119,9 +115,7 @@ def test_spec_hash_is_stable_and_changes_with_content() -> None:
         ),
         # 16 both architecture and config
         (
-            _minimal(
-                model="model:\n  name: x\n  architecture: llama-3-8b\n  config: c.json\n  source: {pvc: m}\n"
-            ),
+            _minimal(model="model:\n  name: x\n  architecture: llama-3-8b\n  config: c.json\n  source: {pvc: m}\n"),
             "exactly one of model.architecture",
         ),
         # 17 unknown GPU
@@ -134,9 +128,7 @@ def test_spec_hash_is_stable_and_changes_with_content() -> None:
         (_minimal() + "gate:\n  smoke:\n    slo: {p95_ttft_ms: fast}\n", "is not a condition"),
         # 21 weights path outside the mount
         (
-            _minimal(
-                model="model:\n  name: x\n  architecture: llama-3-8b\n  source: {pvc: m, path: /data/x}\n"
-            ),
+            _minimal(model="model:\n  name: x\n  architecture: llama-3-8b\n  source: {pvc: m, path: /data/x}\n"),
             "must be an absolute path under mountPath",
         ),
         # 22 bad kvCacheDtype
@@ -216,3 +208,8 @@ def test_reserved_label_prefixes_are_refused() -> None:
     assert "set by deployctl" in _error(text)
     text = _minimal() + "placement:\n  podLabels: {deployctl.dev/release: other}\n"
     assert "set by deployctl" in _error(text)
+
+
+def test_min_samples_above_requests_is_refused() -> None:
+    text = _minimal() + "gate:\n  smoke:\n    requests: 8\n    minSamples: 16\n"
+    assert "could never judge" in _error(text)

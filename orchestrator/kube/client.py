@@ -381,18 +381,14 @@ class Kube:
         return self._api
 
 
-# Set on a Configuration without a proxy so that the port-forward's websocket gets options at
-# all (see _no_environment_proxy); it is never sent: headers for a proxy go only to a proxy.
-_NO_PROXY_MARKER = {"x-deployctl-no-environment-proxy": "1"}
-
-
 def connect(kubeconfig: str | None = None, context: str | None = None) -> Kube:
     """Load a kubeconfig (or the in-cluster service account) into a Kube, without network calls.
 
     The API server is reached as the kubeconfig says: directly, or through its cluster's
     ``proxy-url``. HTTPS_PROXY/HTTP_PROXY/NO_PROXY are ignored, as for the gate endpoint
     (``orchestrator.http``): a CI runner's proxy for internet egress must not carry cluster
-    traffic, and an air-gapped deployment must not depend on what a shell exports.
+    traffic, and an air-gapped deployment must not depend on what a shell exports. The
+    port-forward's websocket follows the same rule (``orchestrator.kube.portforward``).
     """
     path = kubeconfig or os.environ.get("KUBECONFIG") or os.path.expanduser("~/.kube/config")
     configuration = k8s.Configuration()
@@ -425,13 +421,14 @@ def connect(kubeconfig: str | None = None, context: str | None = None) -> Kube:
         raise errors.UsageError(f"cannot read kubeconfig {path}: permission denied") from e
     except (OSError, ValueError, yaml.YAMLError) as e:  # unreadable or malformed YAML
         raise errors.UsageError(f"cannot read kubeconfig {path}: {errors.shorten(str(e), 200)}") from e
+    except (TypeError, KeyError, AttributeError) as e:
+        # The client's loader indexes the document without checking its shape (a YAML list, a
+        # context that is a string): that is a file that is not a kubeconfig, not a crash.
+        raise errors.UsageError(
+            f"cannot use kubeconfig {path}: it is not a kubeconfig ({type(e).__name__}: "
+            f"{errors.shorten(str(e), 120)}); check the file, or pass another with --kubeconfig"
+        ) from e
     configuration.retries = 0  # we retry where it is safe, with our own deadlines
-    if configuration.proxy is None:
-        # websocket-client (the port-forward) reads the proxy variables itself unless told that no
-        # host needs a proxy, and the kubernetes client passes it options only when a proxy or
-        # proxy headers are configured.
-        configuration.no_proxy = "*"
-        configuration.proxy_headers = dict(_NO_PROXY_MARKER)
     return Kube(k8s.ApiClient(configuration), context_name, configuration.host)
 
 

@@ -7,7 +7,10 @@ its own port-forward websocket to the pod.
 
 from __future__ import annotations
 
+import ast
 import contextlib
+import copy
+import json
 import re
 import select
 import socket
@@ -24,7 +27,6 @@ from orchestrator.kube.client import Kube
 
 _CHUNK = 65536
 _HANDSHAKE_STATUS = re.compile(r"Handshake status (\d{3})")
-_STATUS_MESSAGE = re.compile(r'"message"\s*:\s*"((?:[^"\\]|\\.)*)"')
 _PROXY_THREAD_PREFIX = "Kubernetes port forward proxy"
 
 
@@ -47,14 +49,42 @@ _previous_excepthook = threading.excepthook
 threading.excepthook = _quiet_proxy_hangups
 
 
+# Named only so that websocket-client applies no_proxy="*"; no connection is ever made to it.
+_UNUSED_PROXY = "http://unused-proxy.invalid:9"
+
+
+def _direct_unless_kubeconfig_proxy(configuration: k8s.Configuration) -> k8s.Configuration:
+    """A copy of ``configuration`` whose websockets connect as its REST calls do.
+
+    ``connect`` ignores HTTPS_PROXY/HTTP_PROXY, but websocket-client reads them itself and
+    honours a no-proxy list only next to an explicit proxy; so, unless the kubeconfig names a
+    proxy-url, the tunnel names a proxy that no host may use and goes direct.
+    """
+    copied = copy.deepcopy(configuration)
+    if copied.proxy is None:
+        copied.proxy = _UNUSED_PROXY
+        copied.no_proxy = "*"
+    return copied
+
+
 class _Unauthorized(errors.ClusterError):
     """The tunnel's credentials were rejected (401); reported like any other 401 of the API."""
 
 
 def _status_message(text: str) -> str:
-    """The ``message`` of the Status JSON in a refused handshake, or the text cut short."""
-    found = _STATUS_MESSAGE.search(text)
-    return errors.shorten(found.group(1).replace('\\"', '"') if found else text, 300)
+    """The ``message`` of the Status in a refused handshake, or the text cut short.
+
+    websocket-client renders the refusal as ``Handshake status 403 Forbidden -+-+- {headers}
+    -+-+- b'{"kind":"Status",...}'``: the body is the repr of the bytes the API server sent.
+    """
+    body = text.rsplit(" -+-+- ", 1)[-1].strip()
+    try:
+        raw = ast.literal_eval(body) if body.startswith(("b'", 'b"')) else body
+        status = json.loads(raw)
+    except (ValueError, SyntaxError, TypeError):
+        return errors.shorten(text, 300)
+    message = status.get("message") if isinstance(status, dict) else None
+    return errors.shorten(str(message), 300) if message else errors.shorten(text, 300)
 
 
 class PortForwarder:
@@ -64,7 +94,7 @@ class PortForwarder:
         # kubernetes.stream swaps ``call_api`` on the ApiClient it is given while it opens a
         # websocket, so the forwarder has a client of its own and opens one socket at a time:
         # sharing the caller's client would send its ordinary requests down the websocket path.
-        self._core = k8s.CoreV1Api(k8s.ApiClient(kube.api_client.configuration))
+        self._core = k8s.CoreV1Api(k8s.ApiClient(_direct_unless_kubeconfig_proxy(kube.api_client.configuration)))
         self._open_lock = threading.Lock()
         self._kube = kube
         self.namespace = namespace
