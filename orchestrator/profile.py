@@ -385,7 +385,11 @@ class RolloutSpec(_Model):
         default=1800, ge=60, description="Deployment progress deadline; 70B models take minutes to load."
     )
     revisionHistory: int = Field(
-        default=10, ge=1, le=100, description="Release records kept per release (older ones are pruned)."
+        default=10,
+        ge=1,
+        le=100,
+        description="Old ReplicaSets the Deployment keeps (`revisionHistoryLimit`). deployctl's own release "
+        "records are never pruned: the audit chain needs every one.",
     )
 
 

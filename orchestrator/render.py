@@ -511,7 +511,9 @@ def write(objects: list[dict[str, Any]], out_dir: str | pathlib.Path) -> list[pa
     out.mkdir(parents=True, exist_ok=True)
     written: list[pathlib.Path] = []
     for index, obj in enumerate(objects):
-        path = out / f"{index:02d}-{obj['kind'].lower()}-{obj['metadata']['name']}.yaml"
+        # Binding names may hold ':' (deployctl-preflight:NS:SA), which some file systems and tools refuse.
+        safe_name = obj["metadata"]["name"].replace(":", "_")
+        path = out / f"{index:02d}-{obj['kind'].lower()}-{safe_name}.yaml"
         path.write_text(to_yaml([obj]), encoding="utf-8")
         written.append(path)
     names = {obj["metadata"]["name"] for obj in objects}

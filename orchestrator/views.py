@@ -77,7 +77,7 @@ def format_status(data: dict[str, Any]) -> str:
 
     lines = [
         f"release {data['release']} in {data['namespace']}: live revision {data['live_revision']} "
-        f"({data['live_description']}), {data['revisions']} revisions",
+        f"({data['live_description']}), {data['revisions']} revision{'s' if data['revisions'] != 1 else ''}",
         f"image: {data['image']}",
         f"replicas: {data['replicas']['ready']}/{data['replicas']['desired']} ready",
     ]

@@ -449,9 +449,10 @@ def test_rbac_grants_deployctl_only_what_it_uses() -> None:
         "/serviceaccounts",
         "policy/poddisruptionbudgets",
         "networking.k8s.io/networkpolicies",
-        "/configmaps",
     ):
         assert role[resource] == writes, resource
+    # Release records are append-only: deployctl may create them, never change or delete one.
+    assert role["/configmaps"] == {"get", "list", "watch", "create"}
     assert role["/pods"] == role["apps/replicasets"] == {"get", "list", "watch"}
     assert role["/pods/log"] == {"get"}
     assert role["/pods/portforward"] == {"get", "create"}
