@@ -22,23 +22,41 @@ IMAGE = "registry.internal/vllm/vllm-openai@sha256:" + "4f1c7b0d" * 8
 MODEL = "sim-model"
 
 
-def profile(namespace: str, name: str = "llm", *, tp: int = 2, port: int = 8000, **sections: Any) -> dict[str, Any]:
+def profile(
+    namespace: str, name: str = "llm", *, tp: int = 2, port: int = 8000, **sections: Any
+) -> dict[str, Any]:
     """A profile dict for the test cluster; keyword sections are merged one level deep."""
     doc: dict[str, Any] = {
         "apiVersion": "deployctl/v1",
         "kind": "InferenceProfile",
         "metadata": {"name": name, "namespace": namespace},
-        "model": {"name": MODEL, "architecture": "llama-3-8b",
-                  "source": {"pvc": "models", "path": "/models/llama3-8b"}},
-        "engine": {"image": IMAGE, "tensorParallelSize": tp, "maxModelLen": 4096, "maxNumSeqs": 32, "port": port},
+        "model": {
+            "name": MODEL,
+            "architecture": "llama-3-8b",
+            "source": {"pvc": "models", "path": "/models/llama3-8b"},
+        },
+        "engine": {
+            "image": IMAGE,
+            "tensorParallelSize": tp,
+            "maxModelLen": 4096,
+            "maxNumSeqs": 32,
+            "port": port,
+        },
         "hardware": {"gpu": "A100-80GB", "gpusPerNode": 4},
         "placement": {"podAnnotations": {"sim.deployctl.dev/ready-delay": "1s"}},
         "rollout": {"replicas": 1, "allowDowntime": True, "progressDeadlineSeconds": 120},
         "gate": {
             "health": {"timeoutSeconds": 20},
-            "smoke": {"concurrency": 4, "requests": 16, "warmup": 1, "inputTokens": 64, "outputTokens": 16,
-                      "minSamples": 8, "timeoutSeconds": 60,
-                      "slo": {"p95_ttft_ms": "<=500", "median_tpot_ms": "<=50", "error_rate": "<=0.05"}},
+            "smoke": {
+                "concurrency": 4,
+                "requests": 16,
+                "warmup": 1,
+                "inputTokens": 64,
+                "outputTokens": 16,
+                "minSamples": 8,
+                "timeoutSeconds": 60,
+                "slo": {"p95_ttft_ms": "<=500", "median_tpot_ms": "<=50", "error_rate": "<=0.05"},
+            },
         },
     }
     for key, value in sections.items():
@@ -66,12 +84,18 @@ class Result:
         return json.loads(self.stdout)
 
 
-def deployctl(kubeconfig: Path, *args: str, timeout: float = 180, env: dict[str, str] | None = None) -> Result:
+def deployctl(
+    kubeconfig: Path, *args: str, timeout: float = 180, env: dict[str, str] | None = None
+) -> Result:
     """Run the CLI to completion with the test cluster's kubeconfig."""
     cluster_args = ["--kubeconfig", str(kubeconfig)] if _takes_kubeconfig(args) else []
     proc = subprocess.run(
-        [DEPLOYCTL, *args, *cluster_args], capture_output=True, text=True, timeout=timeout,
-        env={**os.environ, "NO_COLOR": "1", **(env or {})}, stdin=subprocess.DEVNULL,
+        [DEPLOYCTL, *args, *cluster_args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, "NO_COLOR": "1", **(env or {})},
+        stdin=subprocess.DEVNULL,
     )
     return Result(proc.returncode, proc.stdout, proc.stderr)
 
@@ -79,15 +103,23 @@ def deployctl(kubeconfig: Path, *args: str, timeout: float = 180, env: dict[str,
 def start_deployctl(kubeconfig: Path, *args: str, log: Path) -> subprocess.Popen[bytes]:
     """Start the CLI in the background (for kill and concurrency tests); output goes to ``log``."""
     with log.open("wb") as out:
-        return subprocess.Popen([DEPLOYCTL, *args, "--kubeconfig", str(kubeconfig)], stdout=out,
-                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                env={**os.environ, "NO_COLOR": "1"})
+        return subprocess.Popen(
+            [DEPLOYCTL, *args, "--kubeconfig", str(kubeconfig)],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env={**os.environ, "NO_COLOR": "1"},
+        )
 
 
 def _takes_kubeconfig(args: tuple[str, ...]) -> bool:
     offline = {"validate", "plan", "render", "bench", "version", "completion"}
-    return bool(args) and args[0] not in offline and "--kubeconfig" not in args and not (
-        args[:2] == ("audit", "verify") and "--file" in args)
+    return (
+        bool(args)
+        and args[0] not in offline
+        and "--kubeconfig" not in args
+        and not (args[:2] == ("audit", "verify") and "--file" in args)
+    )
 
 
 def models_volume(namespace: str) -> list[dict[str, Any]]:
@@ -97,13 +129,28 @@ def models_volume(namespace: str) -> list[dict[str, Any]]:
     """
     pv_name = f"models-{namespace}"[:63]
     return [
-        {"apiVersion": "v1", "kind": "PersistentVolume",
-         "metadata": {"name": pv_name, "labels": {"deployctl.dev/e2e": "true"}},
-         "spec": {"capacity": {"storage": "1Ti"}, "accessModes": ["ReadOnlyMany"], "storageClassName": "",
-                  "persistentVolumeReclaimPolicy": "Delete", "hostPath": {"path": "/models"},
-                  "claimRef": {"namespace": namespace, "name": "models"}}},
-        {"apiVersion": "v1", "kind": "PersistentVolumeClaim",
-         "metadata": {"name": "models", "namespace": namespace},
-         "spec": {"accessModes": ["ReadOnlyMany"], "storageClassName": "", "volumeName": pv_name,
-                  "resources": {"requests": {"storage": "1Ti"}}}},
+        {
+            "apiVersion": "v1",
+            "kind": "PersistentVolume",
+            "metadata": {"name": pv_name, "labels": {"deployctl.dev/e2e": "true"}},
+            "spec": {
+                "capacity": {"storage": "1Ti"},
+                "accessModes": ["ReadOnlyMany"],
+                "storageClassName": "",
+                "persistentVolumeReclaimPolicy": "Delete",
+                "hostPath": {"path": "/models"},
+                "claimRef": {"namespace": namespace, "name": "models"},
+            },
+        },
+        {
+            "apiVersion": "v1",
+            "kind": "PersistentVolumeClaim",
+            "metadata": {"name": "models", "namespace": namespace},
+            "spec": {
+                "accessModes": ["ReadOnlyMany"],
+                "storageClassName": "",
+                "volumeName": pv_name,
+                "resources": {"requests": {"storage": "1Ti"}},
+            },
+        },
     ]
