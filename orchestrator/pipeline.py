@@ -256,12 +256,23 @@ def _deploy(
         except errors.ClusterError as e:
             applied = _Failure("apply", e.message, "apply")
             return _fail(kube, revision, description, live, applied, None, options, report, timings)
-    failure, gate_json = _verify(
-        kube, revision.name, revision.namespace, _gate_spec(profile, options), live, report, timings
-    )
+    try:
+        failure, gate_json = _verify(
+            kube, revision.name, revision.namespace, _gate_spec(profile, options), live, report, timings
+        )
+    except errors.ClusterError as e:
+        # Objects are applied: a cluster error now (a permission revoked, an API answer we cannot
+        # use) must still end in a recorded, restored release, not a half-applied one.
+        failure, gate_json = _Failure("cluster_error", e.message, "rollout"), None
     if failure is not None:
         return _fail(kube, revision, description, live, failure, gate_json, options, report, timings)
-    record = revision.record(kube, outcome="deployed", description=description, gate_json=gate_json)
+    try:
+        record = revision.record(kube, outcome="deployed", description=description, gate_json=gate_json)
+    except errors.ClusterError as e:
+        raise errors.ClusterError(
+            f"revision of {revision.name} is live and passed its gate, but its release record could not be "
+            f"written: {e.message}. Run `deployctl gate` with the same profile to record it"
+        ) from e
     warnings = []
     if gate_json is not None and gate_json.get("verdict") == gate.Verdict.INCONCLUSIVE.label:
         # Inconclusive is no evidence against the revision, so it is kept, not rolled back, and

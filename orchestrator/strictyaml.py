@@ -18,6 +18,7 @@ MAX_BYTES = 1024 * 1024  # a real profile is a few KiB; more is a mistake or an 
 MAX_DEPTH = 32
 
 Path = tuple[str | int, ...]
+_PLAIN_COLLECTION_TAGS = ("tag:yaml.org,2002:map", "tag:yaml.org,2002:seq")
 
 
 class YamlProblem(ValueError):
@@ -99,6 +100,12 @@ def parse(raw: bytes) -> Document:
 def _convert(node: yaml.Node, path: Path, lines: dict[Path, int], loader: yaml.SafeLoader) -> Any:
     if len(path) > MAX_DEPTH:
         raise YamlProblem(f"the document nests deeper than {MAX_DEPTH} levels", node.start_mark.line + 1)
+    if isinstance(node, (yaml.MappingNode, yaml.SequenceNode)) and node.tag not in _PLAIN_COLLECTION_TAGS:
+        # A tag such as !!set or !!python/object asks for a type a profile never holds.
+        raise YamlProblem(
+            f"YAML tag {node.tag!r} is not allowed in a profile; write a plain mapping or list",
+            node.start_mark.line + 1,
+        )
     if isinstance(node, yaml.MappingNode):
         out: dict[str, Any] = {}
         for key_node, value_node in node.value:

@@ -104,7 +104,11 @@ def diff(options: Options, profile: Profile) -> str:
     """Unified diff between the live objects and what a server-side apply would make of the render."""
     kube = connect(options.kubeconfig, options.context)
     chunks: list[str] = []
-    for obj in render.render(profile):
+    live_deployment = kube.get("Deployment", profile.metadata.name, profile.metadata.namespace)
+    # The rollout strategy is chosen by apply's preflight from free GPUs, not by the profile:
+    # compare against the live choice so that only what the profile changes shows.
+    strategy = (live_deployment or {}).get("spec", {}).get("strategy")
+    for obj in render.render(profile, strategy=strategy):
         kind, name = obj["kind"], obj["metadata"]["name"]
         namespace = obj["metadata"].get("namespace")
         live = kube.get(kind, name, namespace)
