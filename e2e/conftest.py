@@ -28,6 +28,8 @@ E2E_DIR = Path(__file__).resolve().parent
 # The cluster tooling is plain scripts (runnable as `python e2e/cluster/localcluster.py`),
 # not a package; importing them needs their directory on the path.
 sys.path.insert(0, str(E2E_DIR / "cluster"))
+import deployhelpers  # noqa: E402
+import kwoksim  # noqa: E402
 import localcluster  # noqa: E402
 
 # vLLM simulator launcher; it (re)builds the binary through build.sh on first use.
@@ -66,9 +68,7 @@ def _missing_simulation(api_client: kubernetes.client.ApiClient) -> str | None:
     if "kwok.x-k8s.io" not in groups:
         return "the cluster does not serve kwok.x-k8s.io"
     nodes = {n.metadata.name for n in kubernetes.client.CoreV1Api(api_client).list_node().items}
-    wanted = {
-        d["metadata"]["name"] for d in yaml.safe_load_all((E2E_DIR / "cluster" / "nodes.yaml").read_text())
-    }
+    wanted = {d["metadata"]["name"] for d in yaml.safe_load_all((E2E_DIR / "cluster" / "nodes.yaml").read_text())}
     missing = sorted(wanted - nodes)
     return f"the cluster lacks the simulated nodes {', '.join(missing)}" if missing else None
 
@@ -214,3 +214,23 @@ def _poll(done: Callable[[], bool], timeout_s: float, what: str) -> None:
         if time.monotonic() > deadline:
             raise TimeoutError(f"timed out after {timeout_s:.0f} s waiting for {what}")
         time.sleep(0.1)
+
+
+# --- a namespace ready for `deployctl apply` -----------------------------------------------
+
+
+@pytest.fixture
+def env(
+    cluster: localcluster.Cluster,
+    namespace: str,
+    api_client: kubernetes.client.ApiClient,
+    simulator: Callable[..., Simulator],
+    tmp_path: Path,
+) -> Iterator[deployhelpers.ReleaseEnv]:
+    """The test's namespace with a bound `models` claim and pod port 8000 forwarded to a healthy
+    simulator (20 ms TTFT, 5 ms ITL), as deployhelpers.profile() expects."""
+    kubernetes.utils.create_from_yaml(api_client, yaml_objects=deployhelpers.models_volume(namespace))
+    good = simulator(model=deployhelpers.MODEL, ttft_ms=20, itl_ms=5)
+    kwoksim.forward_ports(cluster, namespace, {8000: good.port})
+    yield deployhelpers.ReleaseEnv(cluster.kubeconfig, namespace, tmp_path, cluster, api_client, good.port)
+    kubernetes.client.CoreV1Api(api_client).delete_persistent_volume(f"models-{namespace}"[:63])

@@ -22,9 +22,7 @@ IMAGE = "registry.internal/vllm/vllm-openai@sha256:" + "4f1c7b0d" * 8
 MODEL = "sim-model"
 
 
-def profile(
-    namespace: str, name: str = "llm", *, tp: int = 2, port: int = 8000, **sections: Any
-) -> dict[str, Any]:
+def profile(namespace: str, name: str = "llm", *, tp: int = 2, port: int = 8000, **sections: Any) -> dict[str, Any]:
     """A profile dict for the test cluster; keyword sections are merged one level deep."""
     doc: dict[str, Any] = {
         "apiVersion": "deployctl/v1",
@@ -84,9 +82,7 @@ class Result:
         return json.loads(self.stdout)
 
 
-def deployctl(
-    kubeconfig: Path, *args: str, timeout: float = 180, env: dict[str, str] | None = None
-) -> Result:
+def deployctl(kubeconfig: Path, *args: str, timeout: float = 180, env: dict[str, str] | None = None) -> Result:
     """Run the CLI to completion with the test cluster's kubeconfig."""
     cluster_args = ["--kubeconfig", str(kubeconfig)] if _takes_kubeconfig(args) else []
     proc = subprocess.run(
@@ -154,3 +150,58 @@ def models_volume(namespace: str) -> list[dict[str, Any]]:
             },
         },
     ]
+
+
+@dataclass
+class ReleaseEnv:
+    """One test's namespace for `deployctl apply`: a bound `models` claim, and pod port 8000
+    forwarded to a healthy simulator (8001 is free for whatever a bad revision should meet)."""
+
+    kubeconfig: Path
+    namespace: str
+    tmp: Path
+    cluster: Any  # localcluster.Cluster
+    api: Any  # kubernetes.client.ApiClient
+    good_port: int
+
+    def apply(self, doc: dict[str, Any], *extra: str, filename: str = "profile.yaml", timeout: float = 240) -> Result:
+        path = write_profile(self.tmp, doc, filename)
+        return deployctl(self.kubeconfig, "apply", str(path), "--output", "json", *extra, timeout=timeout)
+
+    def forward_8001(self, port: int) -> None:
+        """Pod port 8001 reaches the simulator on ``port``; 8000 stays on the healthy one."""
+        import kwoksim
+
+        kwoksim.forward_ports(self.cluster, self.namespace, {8000: self.good_port, 8001: port})
+
+    def history(self, name: str = "llm") -> list[dict[str, Any]]:
+        result = deployctl(self.kubeconfig, "history", name, "-n", self.namespace, "--output", "json")
+        assert result.code == 0, result.stderr
+        rows: list[dict[str, Any]] = result.json
+        return rows
+
+    def status(self, name: str = "llm") -> dict[str, Any]:
+        result = deployctl(self.kubeconfig, "status", name, "-n", self.namespace, "--output", "json")
+        assert result.code == 0, result.stderr
+        data: dict[str, Any] = result.json
+        return data
+
+    def record(self, revision: int, name: str = "llm") -> dict[str, Any]:
+        """The stored release record (what `audit export` and the next gate read)."""
+        import kubernetes
+
+        cm = kubernetes.client.CoreV1Api(self.api).read_namespaced_config_map(
+            f"deployctl.{name}.v{revision}", self.namespace
+        )
+        record: dict[str, Any] = json.loads(cm.data["record.json"])
+        return record
+
+    def deployment(self, name: str = "llm") -> Any:
+        import kubernetes
+
+        try:
+            return kubernetes.client.AppsV1Api(self.api).read_namespaced_deployment(name, self.namespace)
+        except kubernetes.client.ApiException as e:
+            if e.status == 404:
+                return None
+            raise

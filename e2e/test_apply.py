@@ -11,16 +11,12 @@ import json
 import signal
 import threading
 import time
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 import kubernetes
 import kwoksim
-import localcluster
-import pytest
-from deployhelpers import deployctl, models_volume, profile, start_deployctl, write_profile
+from deployhelpers import ReleaseEnv, deployctl, profile, start_deployctl, write_profile
 
 CUDA_OOM_LOG = """\
 INFO 11-29 10:00:01 [gpu_model_runner.py:2000] Model loading took 15.0 GiB
@@ -30,61 +26,13 @@ GPU 0 has a total capacity of 79.15 GiB of which 1.02 GiB is free.
 """
 
 
-@dataclass
-class Env:
-    kubeconfig: Path
-    namespace: str
-    tmp: Path
-    cluster: localcluster.Cluster
-    api: kubernetes.client.ApiClient
-
-    def apply(self, doc: dict[str, Any], *extra: str, filename: str = "profile.yaml", timeout: float = 180) -> Any:
-        path = write_profile(self.tmp, doc, filename)
-        return deployctl(self.kubeconfig, "apply", str(path), "--output", "json", *extra, timeout=timeout)
-
-    def history(self, name: str = "llm") -> list[dict[str, Any]]:
-        result = deployctl(self.kubeconfig, "history", name, "-n", self.namespace, "--output", "json")
-        assert result.code == 0, result.stderr
-        rows: list[dict[str, Any]] = result.json
-        return rows
-
-    def deployment(self, name: str = "llm") -> Any:
-        try:
-            return kubernetes.client.AppsV1Api(self.api).read_namespaced_deployment(name, self.namespace)
-        except kubernetes.client.ApiException as e:
-            if e.status == 404:
-                return None
-            raise
-
-
-@pytest.fixture
-def env(
-    cluster: localcluster.Cluster,
-    namespace: str,
-    api_client: kubernetes.client.ApiClient,
-    simulator: Callable[..., Any],
-    tmp_path: Path,
-) -> Iterator[Env]:
-    kubernetes.utils.create_from_yaml(api_client, yaml_objects=models_volume(namespace))
-    good = simulator(model="sim-model", ttft_ms=20, itl_ms=5)
-    kwoksim.forward_ports(cluster, namespace, {8000: good.port})
-    yield Env(cluster.kubeconfig, namespace, tmp_path, cluster, api_client)
-    kubernetes.client.CoreV1Api(api_client).delete_persistent_volume(f"models-{namespace}"[:63])
-
-
-def _bad_port(env: Env, simulator: Callable[..., Any], **sim_flags: Any) -> None:
+def _bad_port(env: ReleaseEnv, simulator: Callable[..., Any], **sim_flags: Any) -> None:
     """Pod port 8001 reaches a simulator configured by ``sim_flags``; 8000 stays healthy."""
     bad = simulator(model="sim-model", **{"ttft_ms": 20, "itl_ms": 5, **sim_flags})
-    good_port = _forwarded_port(env, 8000)
-    kwoksim.forward_ports(env.cluster, env.namespace, {8000: good_port, 8001: bad.port})
+    env.forward_8001(bad.port)
 
 
-def _forwarded_port(env: Env, pod_port: int) -> int:
-    ports: dict[int, int] = kwoksim.forwarded_ports(env.cluster, env.namespace)
-    return ports[pod_port]
-
-
-def test_good_apply_records_revision_1_deployed(env: Env) -> None:
+def test_good_apply_records_revision_1_deployed(env: ReleaseEnv) -> None:
     result = env.apply(profile(env.namespace))
     assert result.code == 0, result.stdout + result.stderr
     out = result.json
@@ -98,7 +46,7 @@ def test_good_apply_records_revision_1_deployed(env: Env) -> None:
     assert dep.spec.template.spec.containers[0].resources.limits["nvidia.com/gpu"] == "2"
 
 
-def test_upgrade_surges_onto_a_spare_node_and_records_revision_2(env: Env) -> None:
+def test_upgrade_surges_onto_a_spare_node_and_records_revision_2(env: ReleaseEnv) -> None:
     assert env.apply(profile(env.namespace, tp=4)).code == 0
     upgraded = profile(env.namespace, tp=4, engine={"maxNumSeqs": 16})
     result = env.apply(upgraded)
@@ -109,7 +57,7 @@ def test_upgrade_surges_onto_a_spare_node_and_records_revision_2(env: Env) -> No
     assert [(r["revision"], r["status"]) for r in env.history()] == [(1, "superseded"), (2, "deployed")]
 
 
-def test_profile_no_node_can_host_is_refused_before_anything_is_applied(env: Env) -> None:
+def test_profile_no_node_can_host_is_refused_before_anything_is_applied(env: ReleaseEnv) -> None:
     result = env.apply(profile(env.namespace, tp=8, hardware={"gpu": "A100-80GB", "gpusPerNode": 8}))
     assert result.code == 5, result.stdout + result.stderr
     out = result.json
@@ -118,7 +66,7 @@ def test_profile_no_node_can_host_is_refused_before_anything_is_applied(env: Env
     assert env.deployment() is None
 
 
-def test_gpus_taken_at_run_time_is_detected_in_seconds_and_removed(env: Env) -> None:
+def test_gpus_taken_at_run_time_is_detected_in_seconds_and_removed(env: ReleaseEnv) -> None:
     apps = kubernetes.client.AppsV1Api(env.api)
     blocker = {
         "apiVersion": "apps/v1",
@@ -164,7 +112,7 @@ def test_gpus_taken_at_run_time_is_detected_in_seconds_and_removed(env: Env) -> 
     assert [r["status"] for r in env.history()] == ["failed"]
 
 
-def test_crash_loop_with_cuda_oom_is_explained_and_rolled_back(env: Env) -> None:
+def test_crash_loop_with_cuda_oom_is_explained_and_rolled_back(env: ReleaseEnv) -> None:
     assert env.apply(profile(env.namespace)).code == 0
     log = env.tmp / "oom.log"
     log.write_text(CUDA_OOM_LOG)
@@ -190,7 +138,7 @@ def test_crash_loop_with_cuda_oom_is_explained_and_rolled_back(env: Env) -> None
     assert "32" in env.deployment().spec.template.spec.containers[0].args
 
 
-def test_failing_health_rolls_back_with_exit_6(env: Env, simulator: Callable[..., Any]) -> None:
+def test_failing_health_rolls_back_with_exit_6(env: ReleaseEnv, simulator: Callable[..., Any]) -> None:
     assert env.apply(profile(env.namespace)).code == 0
     _bad_port(env, simulator, fault="health-fail")
     result = env.apply(profile(env.namespace, port=8001))
@@ -201,7 +149,7 @@ def test_failing_health_rolls_back_with_exit_6(env: Env, simulator: Callable[...
     assert env.deployment().spec.template.spec.containers[0].ports[0].container_port == 8000
 
 
-def test_rollback_to_1_history_status_and_audit(env: Env) -> None:
+def test_rollback_to_1_history_status_and_audit(env: ReleaseEnv) -> None:
     assert env.apply(profile(env.namespace)).code == 0
     assert env.apply(profile(env.namespace, engine={"maxNumSeqs": 16})).code == 0
     result = deployctl(env.kubeconfig, "rollback", "llm", "-n", env.namespace, "--to", "1", "--output", "json")
@@ -220,7 +168,7 @@ def test_rollback_to_1_history_status_and_audit(env: Env) -> None:
     assert verify.code == 0 and verify.json["ok"] and verify.json["records"] == 3
 
 
-def test_audit_verify_reports_an_edited_record_with_its_revision(env: Env) -> None:
+def test_audit_verify_reports_an_edited_record_with_its_revision(env: ReleaseEnv) -> None:
     assert env.apply(profile(env.namespace)).code == 0
     assert env.apply(profile(env.namespace, engine={"maxNumSeqs": 16})).code == 0
     exported = env.tmp / "export.json"
@@ -260,7 +208,7 @@ def test_audit_verify_reports_an_edited_record_with_its_revision(env: Env) -> No
     assert offline.code == 0 and offline.json["ok"]
 
 
-def test_two_concurrent_applies_one_gets_exit_8(env: Env) -> None:
+def test_two_concurrent_applies_one_gets_exit_8(env: ReleaseEnv) -> None:
     path = write_profile(
         env.tmp, profile(env.namespace, placement={"podAnnotations": {"sim.deployctl.dev/ready-delay": "4s"}})
     )
@@ -272,7 +220,7 @@ def test_two_concurrent_applies_one_gets_exit_8(env: Env) -> None:
     assert first.wait(timeout=120) == 0, (env.tmp / "first.log").read_text()
 
 
-def test_killed_apply_lock_expires_and_rerun_converges(env: Env) -> None:
+def test_killed_apply_lock_expires_and_rerun_converges(env: ReleaseEnv) -> None:
     path = write_profile(
         env.tmp,
         profile(env.namespace, placement={"podAnnotations": {"sim.deployctl.dev/ready-delay": "30s"}}),
@@ -291,7 +239,7 @@ def test_killed_apply_lock_expires_and_rerun_converges(env: Env) -> None:
     assert [(r["revision"], r["status"]) for r in env.history()] == [(1, "deployed")]
 
 
-def test_diff_shows_the_change_a_new_profile_would_make(env: Env) -> None:
+def test_diff_shows_the_change_a_new_profile_would_make(env: ReleaseEnv) -> None:
     assert env.apply(profile(env.namespace)).code == 0
     same = write_profile(env.tmp, profile(env.namespace), "same.yaml")
     assert deployctl(env.kubeconfig, "diff", str(same)).code == 0
@@ -303,7 +251,7 @@ def test_diff_shows_the_change_a_new_profile_would_make(env: Env) -> None:
     ) or '"8"' in result.stdout
 
 
-def test_gitops_gate_waits_for_the_synced_profile_then_gates_and_records(env: Env) -> None:
+def test_gitops_gate_waits_for_the_synced_profile_then_gates_and_records(env: ReleaseEnv) -> None:
     doc = profile(env.namespace)
     path = write_profile(env.tmp, doc)
     render = deployctl(env.kubeconfig, "render", str(path), "-o", str(env.tmp / "out"))
@@ -323,7 +271,7 @@ def test_gitops_gate_waits_for_the_synced_profile_then_gates_and_records(env: En
     assert env.history()[0]["description"].startswith("gitops")
 
 
-def _lease_holder(env: Env) -> str | None:
+def _lease_holder(env: ReleaseEnv) -> str | None:
     try:
         lease = kubernetes.client.CoordinationV1Api(env.api).read_namespaced_lease("deployctl-llm", env.namespace)
     except kubernetes.client.ApiException:
@@ -340,7 +288,7 @@ def _wait(done: Callable[[], bool], timeout: float, what: str) -> None:
         time.sleep(0.2)
 
 
-def test_slo_only_change_replaces_no_pod_and_is_not_refused_as_downtime(env: Env) -> None:
+def test_slo_only_change_replaces_no_pod_and_is_not_refused_as_downtime(env: ReleaseEnv) -> None:
     # One replica of TP=4 on each NVLink A100 node: no spare node for a surge.
     first = profile(env.namespace, tp=4, rollout={"replicas": 2, "allowDowntime": False})
     assert env.apply(first).code == 0
