@@ -409,7 +409,14 @@ def _fail(
         )
 
     what = f"revision {failed.revision} failed ({failure.cls})"
-    rolled_back_code = ExitCode.GATE_FAILED_ROLLED_BACK if failure.in_gate else ExitCode.ROLLOUT_FAILED
+    if failure.cls == "cluster_error":
+        # Forbidden or an unusable API answer: a cluster problem for a person to fix (exit 4),
+        # even though the revision was undone so that nothing is left half-applied.
+        rolled_back_code = ExitCode.CLUSTER_ERROR
+    elif failure.in_gate:
+        rolled_back_code = ExitCode.GATE_FAILED_ROLLED_BACK
+    else:
+        rolled_back_code = ExitCode.ROLLOUT_FAILED
     if not options.rollback:
         return outcome("failed", ExitCode.ROLLOUT_FAILED, f"{what} and was left in place (--no-rollback)")
     with timings.phase("rollback"):
