@@ -160,3 +160,13 @@ def test_bad_configs_say_what_is_wrong(tmp_path: pathlib.Path, content: str, mes
 def test_missing_config_file_is_a_config_error(tmp_path: pathlib.Path) -> None:
     with pytest.raises(catalog.ConfigError, match="cannot read"):
         catalog.load_config(tmp_path / "nope.json")
+
+
+def test_h200_catalog_entry_matches_a_reading_off_a_real_h200() -> None:
+    """tests/data/gpu_facts_h200.json is scripts/gpu_facts.py's output on an H200 (2026-11-29,
+    driver 580.159.04, torch 2.11.0+cu130): total memory as CUDA reports it, and native fp8."""
+    reading = json.loads((pathlib.Path(__file__).parent / "data" / "gpu_facts_h200.json").read_text())
+    h200 = catalog.gpu("H200")
+    assert reading["device"] == "NVIDIA H200"
+    assert abs(h200.memory_gib - reading["total_gib"]) / reading["total_gib"] < 0.0005
+    assert h200.fp8 is reading["fp8_matmul"] is True
