@@ -27,7 +27,7 @@ def main() -> int:
     if not torch.cuda.is_available():
         print(json.dumps({"error": "no CUDA device"}))
         return 1
-    free, total = torch.cuda.mem_get_info()  # creates the CUDA context
+    _free, total = torch.cuda.mem_get_info()  # creates the CUDA context
     facts: dict[str, object] = {
         "device": torch.cuda.get_device_name(),
         "compute_capability": ".".join(map(str, torch.cuda.get_device_capability())),
