@@ -90,16 +90,10 @@ class Run:
 # --- the cluster, a namespace per run, the simulator ----------------------------------------
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @contextlib.contextmanager
 def simulator() -> Iterator[int]:
     """A healthy vLLM simulator on a free loopback port (what pod port 8000 reaches)."""
-    port = free_port()
+    port = deployhelpers.free_port()
     argv = [str(SIM), "--port", str(port), "--model", deployhelpers.MODEL, "--ttft-ms", "20", "--itl-ms", "5"]
     proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     try:
@@ -146,7 +140,7 @@ class Namespaces:
         name = f"bench-{purpose}-{secrets.token_hex(3)}"
         self.core.create_namespace({"metadata": {"name": name, "labels": {"deployctl.dev/bench": "true"}}})
         try:
-            _poll(lambda: _exists(lambda: self.core.read_namespaced_service_account("default", name)), 30)
+            _poll(lambda: deployhelpers.exists(lambda: self.core.read_namespaced_service_account("default", name)), 30)
             kubernetes.utils.create_from_yaml(self.api, yaml_objects=deployhelpers.models_volume(name))
             kwoksim.forward_ports(self.cluster, name, {8000: self.sim_port})
             if logs is not None:
@@ -162,16 +156,6 @@ class Namespaces:
         with contextlib.suppress(kubernetes.client.ApiException):
             self.core.delete_persistent_volume(f"models-{name}"[:63])
         _poll(lambda: not self.core.list_namespaced_pod(name).items, 60)
-
-
-def _exists(read: Callable[[], object]) -> bool:
-    try:
-        read()
-    except kubernetes.client.ApiException as e:
-        if e.status == 404:
-            return False
-        raise
-    return True
 
 
 def _poll(done: Callable[[], bool], timeout_s: float) -> None:

@@ -12,7 +12,6 @@ import os
 import re
 import secrets
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -102,7 +101,7 @@ def namespace(api_client: kubernetes.client.ApiClient, request: pytest.FixtureRe
     name = f"e2e-{slug}-{secrets.token_hex(3)}"
     core.create_namespace({"metadata": {"name": name, "labels": {"deployctl.dev/e2e": "true"}}})
     _poll(
-        lambda: _exists(lambda: core.read_namespaced_service_account("default", name)),
+        lambda: deployhelpers.exists(lambda: core.read_namespaced_service_account("default", name)),
         30,
         f"ServiceAccount default in namespace {name}",
     )
@@ -142,7 +141,7 @@ def simulator(tmp_path: Path) -> Iterator[Callable[..., Simulator]]:
     running: list[subprocess.Popen[bytes]] = []
 
     def start(model: str = "sim-model", ttft_ms: float = 20, itl_ms: float = 5, **flags: object) -> Simulator:
-        port = _free_port()
+        port = deployhelpers.free_port()
         log = tmp_path / f"sim-{port}.log"
         argv = [
             str(SIM),
@@ -188,24 +187,7 @@ def _stop_group(proc: subprocess.Popen[bytes]) -> None:
             proc.wait()
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
 # --- helpers ------------------------------------------------------------------------------
-
-
-def _exists(read: Callable[[], object]) -> bool:
-    try:
-        read()
-    except kubernetes.client.ApiException as e:
-        if e.status == 404:
-            return False
-        raise
-    return True
 
 
 def _poll(done: Callable[[], bool], timeout_s: float, what: str) -> None:

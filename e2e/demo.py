@@ -35,7 +35,6 @@ import re
 import shlex
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import textwrap
@@ -52,7 +51,7 @@ sys.path.insert(0, str(E2E))
 import kubernetes  # noqa: E402
 import kwoksim  # noqa: E402
 import localcluster  # noqa: E402
-from deployhelpers import models_volume  # noqa: E402
+from deployhelpers import exists, free_port, models_volume  # noqa: E402
 
 DEPLOYCTL = Path(sys.executable).parent / "deployctl"
 SIM = E2E / "sim"
@@ -264,7 +263,7 @@ class Simulators:
     procs: list[subprocess.Popen[bytes]] = field(default_factory=list)
 
     def start(self, log: Path, **flags: object) -> int:
-        port = _free_port()
+        port = free_port()
         argv = [str(SIM), "--port", str(port), "--model", MODEL]
         for key, value in flags.items():
             argv += [f"--{key.replace('_', '-')}", str(value)]
@@ -296,29 +295,12 @@ class Simulators:
         self.procs.clear()
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
 def _poll(done: Callable[[], bool], timeout_s: float, what: str) -> None:
     deadline = time.monotonic() + timeout_s
     while not done():
         if time.monotonic() > deadline:
             raise DemoFailed(f"timed out after {timeout_s:.0f} s waiting for {what}")
         time.sleep(0.2)
-
-
-def _gone(read: Callable[[], object]) -> bool:
-    try:
-        read()
-    except kubernetes.client.ApiException as e:
-        if e.status == 404:
-            return True
-        raise
-    return False
 
 
 def remove_namespace(api: kubernetes.client.ApiClient) -> None:
@@ -344,8 +326,8 @@ def remove_namespace(api: kubernetes.client.ApiClient) -> None:
         core.delete_namespace(NAMESPACE)
         # Free the GPUs at once; the namespace controller takes its time.
         core.delete_collection_namespaced_pod(NAMESPACE, grace_period_seconds=0)
-        _poll(lambda: _gone(lambda: core.read_namespace(NAMESPACE)), 120, f"namespace {NAMESPACE} to go")
-    if not _gone(lambda: core.read_persistent_volume(pv)):
+        _poll(lambda: not exists(lambda: core.read_namespace(NAMESPACE)), 120, f"namespace {NAMESPACE} to go")
+    if exists(lambda: core.read_persistent_volume(pv)):
         core.delete_persistent_volume(pv)
 
 
@@ -354,7 +336,7 @@ def prepare_namespace(api: kubernetes.client.ApiClient, cluster: localcluster.Cl
     core = kubernetes.client.CoreV1Api(api)
     core.create_namespace({"metadata": {"name": NAMESPACE, "labels": {DEMO_LABEL: "true"}}})
     _poll(
-        lambda: not _gone(lambda: core.read_namespaced_service_account("default", NAMESPACE)),
+        lambda: exists(lambda: core.read_namespaced_service_account("default", NAMESPACE)),
         60,
         f"the default ServiceAccount of {NAMESPACE}",
     )

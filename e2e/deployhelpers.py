@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -106,6 +108,27 @@ def start_deployctl(kubeconfig: Path, *args: str, log: Path) -> subprocess.Popen
             stdin=subprocess.DEVNULL,
             env={**os.environ, "NO_COLOR": "1"},
         )
+
+
+def free_port() -> int:
+    """A port on 127.0.0.1 that was free a moment ago (bound, then released)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def exists(read: Callable[[], object]) -> bool:
+    """Whether the object ``read`` fetches exists: False on 404, other API errors raise."""
+    import kubernetes
+
+    try:
+        read()
+    except kubernetes.client.ApiException as e:
+        if e.status == 404:
+            return False
+        raise
+    return True
 
 
 def _takes_kubeconfig(args: tuple[str, ...]) -> bool:
