@@ -66,9 +66,7 @@ def simulator(*extra: str) -> Iterator[str]:
             deadline = time.monotonic() + 120  # a cold e2e/sim builds the binary first
             while not http.check_health(url, timeout=1.0).ok and "health-fail" not in extra:
                 if proc.poll() is not None or time.monotonic() > deadline:
-                    raise SystemExit(
-                        f"simulator did not start: {proc.stderr.read().decode() if proc.stderr else ''}"
-                    )
+                    raise SystemExit(f"simulator did not start: {proc.stderr.read().decode() if proc.stderr else ''}")
                 time.sleep(0.1)
         yield url
     finally:
@@ -116,8 +114,7 @@ def section(title: str) -> None:
 
 def accuracy(url: str) -> dict[int, bench.BenchReport]:
     section(
-        f"accuracy: simulator TTFT {TTFT_MS:g} ms, ITL {ITL_MS:g} ms, "
-        f"{INPUT_TOKENS} in / {OUTPUT_TOKENS} out tokens"
+        f"accuracy: simulator TTFT {TTFT_MS:g} ms, ITL {ITL_MS:g} ms, {INPUT_TOKENS} in / {OUTPUT_TOKENS} out tokens"
     )
     print(
         f"{'streams':>7} {'procs':>5} {'reqs':>5}  {'median TTFT ms (vs ' + format(TTFT_MS, 'g') + ')':<28}"
@@ -203,14 +200,8 @@ def side_by_side(url: str, reports: dict[int, bench.BenchReport]) -> None:
     if not PEER.exists():
         print(f"GuideLLM is not installed ({PEER} missing): run bench/install_peer.sh, then this again.")
         return
-    print(
-        "GuideLLM's 'ITL' is (e2el - ttft) / (tokens - 1), vLLM's and our TPOT; "
-        "its 'TPOT' divides by all tokens."
-    )
-    print(
-        f"{'streams':>7}  {'TTFT med ms ours/peer':>22}  {'TPOT med ms ours/peer':>22}  "
-        f"{'out tok/s ours/peer':>20}"
-    )
+    print("GuideLLM's 'ITL' is (e2el - ttft) / (tokens - 1), vLLM's and our TPOT; its 'TPOT' divides by all tokens.")
+    print(f"{'streams':>7}  {'TTFT med ms ours/peer':>22}  {'TPOT med ms ours/peer':>22}  {'out tok/s ours/peer':>20}")
     for streams, requests in LEVELS:
         result, _, _ = run_peer(url, streams, requests)
         r = reports[streams]

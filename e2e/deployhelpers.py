@@ -12,6 +12,7 @@ import os
 import socket
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -228,3 +229,12 @@ class ReleaseEnv:
             if e.status == 404:
                 return None
             raise
+
+
+def wait_until(done: Callable[[], bool], timeout: float, what: str) -> None:
+    """Poll ``done`` every 0.2 s; TimeoutError naming ``what`` after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while not done():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"timed out after {timeout:.0f}s waiting for {what}")
+        time.sleep(0.2)

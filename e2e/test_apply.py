@@ -16,7 +16,7 @@ from typing import Any
 
 import kubernetes
 import kwoksim
-from deployhelpers import ReleaseEnv, deployctl, profile, start_deployctl, write_profile
+from deployhelpers import ReleaseEnv, deployctl, profile, start_deployctl, wait_until, write_profile
 
 CUDA_OOM_LOG = """\
 INFO 11-29 10:00:01 [gpu_model_runner.py:2000] Model loading took 15.0 GiB
@@ -95,7 +95,7 @@ def test_gpus_taken_at_run_time_is_detected_in_seconds_and_removed(env: ReleaseE
         },
     }
     apps.create_namespaced_deployment(env.namespace, blocker)
-    _wait(
+    wait_until(
         lambda: (apps.read_namespaced_deployment("batch-job", env.namespace).status.ready_replicas or 0) == 2,
         60,
         "blocker pods",
@@ -213,7 +213,7 @@ def test_two_concurrent_applies_one_gets_exit_8(env: ReleaseEnv) -> None:
         env.tmp, profile(env.namespace, placement={"podAnnotations": {"sim.deployctl.dev/ready-delay": "4s"}})
     )
     first = start_deployctl(env.kubeconfig, "apply", str(path), "--output", "json", log=env.tmp / "first.log")
-    _wait(lambda: _lease_holder(env) is not None, 30, "the first apply to take the lock")
+    wait_until(lambda: _lease_holder(env) is not None, 30, "the first apply to take the lock")
     second = deployctl(env.kubeconfig, "apply", str(path), "--output", "json")
     assert second.code == 8, second.stdout + second.stderr
     assert "locked by" in second.json["error"]
@@ -226,7 +226,7 @@ def test_killed_apply_lock_expires_and_rerun_converges(env: ReleaseEnv) -> None:
         profile(env.namespace, placement={"podAnnotations": {"sim.deployctl.dev/ready-delay": "30s"}}),
     )
     proc = start_deployctl(env.kubeconfig, "apply", str(path), "--lock-ttl", "5", log=env.tmp / "killed.log")
-    _wait(lambda: env.deployment() is not None, 30, "the apply to reach the watch")
+    wait_until(lambda: env.deployment() is not None, 30, "the apply to reach the watch")
     proc.send_signal(signal.SIGKILL)
     proc.wait()
     locked = deployctl(env.kubeconfig, "apply", str(path), "--output", "json", "--lock-ttl", "5")
@@ -278,14 +278,6 @@ def _lease_holder(env: ReleaseEnv) -> str | None:
         return None
     holder: str | None = lease.spec.holder_identity
     return holder
-
-
-def _wait(done: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not done():
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"timed out after {timeout:.0f}s waiting for {what}")
-        time.sleep(0.2)
 
 
 def test_slo_only_change_replaces_no_pod_and_is_not_refused_as_downtime(env: ReleaseEnv) -> None:

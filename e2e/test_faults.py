@@ -274,13 +274,17 @@ def test_bench_against_a_misbehaving_server_classifies_every_failure_and_never_h
     started = time.monotonic()
     result = deployctl(Path("/nonexistent"), "bench", *args, "--output", "json", timeout=30)
     assert time.monotonic() - started < 20
-    assert result.code == 0, result.stdout + result.stderr
+    # Nothing was measured: the report is still printed, and the exit says the run failed.
+    assert result.code == 5, result.stdout + result.stderr
+    assert result.stderr.startswith("error: ") and (
+        "nothing was measured" in result.stderr or "no request" in result.stderr
+    )
     report = result.json
     assert report["completed"] == 0 and report["failed"] == 4
     assert report["failures"] == {BENCH_FAULTS[fault]: 4}
     assert report["errors"] and "Traceback" not in result.stdout + result.stderr
     table = deployctl(Path("/nonexistent"), "bench", *args, timeout=30)
-    assert table.code == 0 and "Failed requests:" in table.stdout and "4" in table.stdout
+    assert table.code == 5 and "Failed requests:" in table.stdout and "4" in table.stdout
 
 
 # --- the controller-manager stopped -----------------------------------------------------------

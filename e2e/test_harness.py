@@ -55,9 +55,7 @@ def pod_manifest(
         terms = [{"key": k, "operator": "In", "values": v} for k, v in node_labels.items()]
         spec["affinity"] = {
             "nodeAffinity": {
-                "requiredDuringSchedulingIgnoredDuringExecution": {
-                    "nodeSelectorTerms": [{"matchExpressions": terms}]
-                }
+                "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [{"matchExpressions": terms}]}
             }
         }
     return {
@@ -95,9 +93,7 @@ def core(api_client: kubernetes.client.ApiClient) -> kubernetes.client.CoreV1Api
 @pytest.fixture
 def running_pod(core: kubernetes.client.CoreV1Api, namespace: str) -> str:
     """A Running, Ready pod on the CPU node, for the port-forward tests."""
-    core.create_namespaced_pod(
-        namespace, pod_manifest("server", annotations={"sim.deployctl.dev/ready-delay": "0s"})
-    )
+    core.create_namespaced_pod(namespace, pod_manifest("server", annotations={"sim.deployctl.dev/ready-delay": "0s"}))
     wait_for(
         "pod server Ready",
         lambda: condition(core.read_namespaced_pod("server", namespace), "Ready") == "True",
@@ -197,9 +193,7 @@ def test_service_account_token_is_limited_to_what_rbac_grants(
             "subjects": [{"kind": "ServiceAccount", "name": "reader", "namespace": namespace}],
         },
     )
-    wait_for(
-        "the RoleBinding to take effect", lambda: _allowed(lambda: as_reader.list_namespaced_pod(namespace))
-    )
+    wait_for("the RoleBinding to take effect", lambda: _allowed(lambda: as_reader.list_namespaced_pod(namespace)))
 
 
 def _allowed(call: Callable[[], object]) -> bool:
@@ -249,8 +243,7 @@ def test_server_side_applied_deployment_rolls_out_ready_pods(
     pods = core.list_namespaced_pod(namespace, label_selector="app=web").items
     assert len(pods) == 2
     assert all(
-        p.status.phase == "Running" and condition(p, "Ready") == "True" and p.spec.node_name == "cpu-0"
-        for p in pods
+        p.status.phase == "Running" and condition(p, "Ready") == "True" and p.spec.node_name == "cpu-0" for p in pods
     )
 
 
@@ -348,9 +341,7 @@ def test_never_ready_pod_runs_but_stays_unready(core: kubernetes.client.CoreV1Ap
     core.create_namespaced_pod(
         namespace, pod_manifest("stuck", annotations={"sim.deployctl.dev/behavior": "never-ready"})
     )
-    wait_for(
-        "pod stuck Running", lambda: core.read_namespaced_pod("stuck", namespace).status.phase == "Running"
-    )
+    wait_for("pod stuck Running", lambda: core.read_namespaced_pod("stuck", namespace).status.phase == "Running")
     time.sleep(2)  # twice the default ready delay
     pod = core.read_namespaced_pod("stuck", namespace)
     assert condition(pod, "Ready") == "False"
@@ -424,9 +415,7 @@ def test_simulator_streams_tokens_at_configured_latencies_through_port_forward(
     with kubectl_port_forward(cluster, namespace, running_pod, 8000) as local:
         arrivals: list[float] = []
         t0 = time.monotonic()
-        with httpx.stream(
-            "POST", f"http://127.0.0.1:{local}/v1/chat/completions", json=request, timeout=30
-        ) as r:
+        with httpx.stream("POST", f"http://127.0.0.1:{local}/v1/chat/completions", json=request, timeout=30) as r:
             assert r.status_code == 200
             for line in r.iter_lines():
                 if not line.startswith("data: ") or line == "data: [DONE]":

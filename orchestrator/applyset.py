@@ -8,13 +8,26 @@ from __future__ import annotations
 
 import concurrent.futures
 import contextlib
+import copy
 from typing import Any
 
-from orchestrator import errors
+from orchestrator import conventions, errors
 from orchestrator.kube import Kube
 
-RELEASE_LABEL = "deployctl.dev/release"
+RELEASE_LABEL = conventions.RELEASE_LABEL
+# Metadata the API server writes: never part of what a release is, so never stored or compared.
+SERVER_METADATA = (
+    "managedFields",
+    "resourceVersion",
+    "uid",
+    "creationTimestamp",
+    "generation",
+    "selfLink",
+)
+SERVER_ANNOTATIONS = ("deployment.kubernetes.io/revision", "kubectl.kubernetes.io/last-applied-configuration")
 MANAGED_KINDS = ("Deployment", "Service", "ServiceAccount", "PodDisruptionBudget", "NetworkPolicy")
+# The order render gives them: the NetworkPolicy before the first pod, the ServiceAccount before the pods.
+APPLY_ORDER = ("ServiceAccount", "NetworkPolicy", "Service", "PodDisruptionBudget", "Deployment")
 
 # What apply, gate and rollback do in the release's namespace: (verb, group, resource, subresource).
 # Checked before the first write, so a Role missing one verb fails fast, names it, and changes nothing.
@@ -48,14 +61,18 @@ REQUIRED_ACCESS: list[tuple[str, str, str, str]] = [
 
 def check_access(kube: Kube, namespace: str) -> None:
     """Refuse before any write when the identity lacks a permission the sequence will need."""
-    # One review per permission, asked in parallel: on a remote API server each is a round trip.
-    with concurrent.futures.ThreadPoolExecutor(max_workers=8) as pool:
-        allowed = list(
-            pool.map(lambda a: kube.can_i(a[0], a[2], namespace, group=a[1], subresource=a[3]), REQUIRED_ACCESS)
-        )
+    # One rules review shows most or all of them granted in one round trip (Node and RBAC
+    # authorizers). Each one it does not show, or all of them behind a webhook authorizer, is
+    # asked on its own (an access review, authoritative), in parallel: each is a round trip.
+    shown = kube.granted_by_rules(namespace, REQUIRED_ACCESS)
+    unsure = [a for a, ok in zip(REQUIRED_ACCESS, shown, strict=True) if not ok]
+    allowed: list[bool] = []
+    if unsure:
+        with concurrent.futures.ThreadPoolExecutor(max_workers=8) as pool:
+            allowed = list(pool.map(lambda a: kube.can_i(a[0], a[2], namespace, group=a[1], subresource=a[3]), unsure))
     missing = [
         f"{verb} {resource}{'/' + sub if sub else ''}" + (f" ({group})" if group else "")
-        for (verb, group, resource, sub), ok in zip(REQUIRED_ACCESS, allowed, strict=True)
+        for (verb, group, resource, sub), ok in zip(unsure, allowed, strict=True)
         if not ok
     ]
     if missing:
@@ -102,3 +119,54 @@ def pod_template_changes(kube: Kube, rendered: dict[str, Any], live: dict[str, A
     except errors.ClusterError:
         return True  # cannot tell: assume the rollout happens, which is the careful answer
     return bool(would_be.get("spec", {}).get("template") != live.get("spec", {}).get("template"))
+
+
+def clean(obj: dict[str, Any]) -> dict[str, Any]:
+    """``obj`` without status and what the API server wrote into its metadata: what was applied."""
+    obj = copy.deepcopy(obj)
+    obj.pop("status", None)
+    meta = obj.get("metadata") or {}
+    for key in SERVER_METADATA:
+        meta.pop(key, None)
+    annotations = meta.get("annotations") or {}
+    for key in SERVER_ANNOTATIONS:
+        annotations.pop(key, None)
+    if not annotations:
+        meta.pop("annotations", None)
+    return obj
+
+
+def live_objects(kube: Kube, name: str, namespace: str) -> list[dict[str, Any]]:
+    """The release's objects as they are in the cluster now (what a GitOps tool applied), cleaned,
+    in the order deployctl applies them, so that stored bytes can be re-applied by a rollback."""
+    found: list[dict[str, Any]] = []
+    for kind in APPLY_ORDER:
+        items, _ = kube.list(kind, namespace, labels=f"{RELEASE_LABEL}={name}")
+        found += [clean(item) for item in sorted(items, key=lambda o: o["metadata"]["name"])]
+    return found
+
+
+def planned_changes(kube: Kube, name: str, namespace: str, objects: list[dict[str, Any]]) -> list[dict[str, str]]:
+    """What applying ``objects`` would do, object by object, found by a server-side dry-run: each
+    entry is {"object": "Kind/name", "action": "create" | "update" | "unchanged" | "delete"}.
+    Nothing is written."""
+    namespace_exists = kube.get("Namespace", namespace) is not None
+    changes: list[dict[str, str]] = []
+    for obj in objects:
+        kind, obj_name = obj["kind"], obj["metadata"]["name"]
+        live = kube.get(kind, obj_name, namespace) if namespace_exists else None
+        if live is None:
+            action = "create"
+        else:
+            after = kube.apply(obj, dry_run=True)
+            action = "unchanged" if clean(after) == clean(live) else "update"
+        changes.append({"object": f"{kind}/{obj_name}", "action": action})
+    keep = {(o["kind"], o["metadata"]["name"]) for o in objects}
+    for kind in MANAGED_KINDS if namespace_exists else ():
+        items, _ = kube.list(kind, namespace, labels=f"{RELEASE_LABEL}={name}")
+        changes += [
+            {"object": f"{kind}/{item['metadata']['name']}", "action": "delete"}
+            for item in items
+            if (kind, item["metadata"]["name"]) not in keep
+        ]
+    return changes

@@ -8,6 +8,8 @@ load is sharded across processes and the samples merged on the shared monotonic 
 
 What is sent lives in :mod:`orchestrator.workload`, the report and its renderings in
 :mod:`orchestrator.bench_report`; this module is the load generator that ties them together.
+Its configuration comes from the command line (:func:`config_for`) or from a profile's
+``gate.smoke`` section (:func:`config_from_profile`).
 """
 
 from __future__ import annotations
@@ -22,10 +24,16 @@ import multiprocessing
 import queue
 import secrets
 import time
+import urllib.parse
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+import pydantic
 
 from orchestrator import bench_report, errors, http, metrics, sse, workload
+
+if TYPE_CHECKING:
+    from orchestrator import profile as profile_mod
 
 CHAT_PATH = "/v1/chat/completions"
 LOOP_PROBE_INTERVAL_S = 0.01
@@ -36,6 +44,65 @@ BenchConfig = workload.BenchConfig
 BenchReport = bench_report.BenchReport
 format_table = bench_report.format_table
 save = bench_report.save
+
+# What `run_smoke` has always allowed one smoke request, whatever the profile's overall bound.
+SMOKE_REQUEST_TIMEOUT_CAP_S = 120.0
+
+
+# --------------------------------------------------------------------------- configuration
+
+
+def endpoint_url(url: str) -> str:
+    """The server's base URL as we call it: http(s) only, no trailing slash, no OpenAI-style ``/v1``.
+
+    OpenAI clients take ``http://host:8000/v1`` as their base URL; we add ``/v1/...`` ourselves,
+    so that habit would ask for ``/v1/v1/chat/completions`` and get a 404 for every request.
+    A URL that can never work (no http(s) scheme, no host) is a UsageError.
+    """
+    base = http.check_url(url)
+    if urllib.parse.urlsplit(base).path.endswith("/v1") and base.endswith("/v1"):  # not http://v1
+        return base.removesuffix("/v1").rstrip("/")
+    return base
+
+
+def config_for(url: str, **settings: Any) -> BenchConfig:
+    """A BenchConfig from what a user typed: the URL normalised, a bad value a UsageError (exit 1).
+
+    ``settings`` are BenchConfig fields. Values pydantic refuses, and infinite or NaN numbers
+    (an infinite burstiness never draws an arrival time), become one message naming the option.
+    """
+    base = endpoint_url(url)
+    for name, value in settings.items():
+        if isinstance(value, float) and not math.isfinite(value):
+            raise errors.UsageError(f"--{name.replace('_', '-')} must be a finite number, got {value}")
+    try:
+        return BenchConfig(url=base, **settings)
+    except pydantic.ValidationError as e:
+        problems = []
+        for err in e.errors():
+            option = "--" + ".".join(str(part) for part in err["loc"]).replace("_", "-")
+            problems.append(f"{option}: {err['msg']}" if err["loc"] else err["msg"])
+        raise errors.UsageError(f"invalid benchmark settings: {'; '.join(problems)}") from e
+
+
+def config_from_profile(profile: profile_mod.Profile, url: str) -> BenchConfig:
+    """The smoke benchmark a profile's ``gate.smoke`` section asks for, sent to ``url``.
+
+    The whole run is bounded by ``timeoutSeconds`` (``requests`` is the cap within it), and one
+    request may take that long too, but never more than two minutes.
+    """
+    smoke = profile.gate.smoke
+    return BenchConfig(
+        url=url,
+        model=profile.model.name,
+        concurrency=smoke.concurrency,
+        requests=smoke.requests,
+        input_tokens=smoke.inputTokens,
+        output_tokens=smoke.outputTokens,
+        warmup=smoke.warmup,
+        duration=float(smoke.timeoutSeconds),
+        timeout=min(float(smoke.timeoutSeconds), SMOKE_REQUEST_TIMEOUT_CAP_S),
+    )
 
 
 # --------------------------------------------------------------------------- one request

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 import pydantic
 
-from orchestrator import metrics, workload
+from orchestrator import errors, metrics, workload
 
 ERROR_EXAMPLES = 10
 
@@ -54,6 +54,30 @@ class BenchReport(metrics.Metrics):
         if attempted and transport * 2 > attempted:
             first = self.errors[0] if self.errors else "no message"
             return f"{transport} of {attempted} requests could not connect or timed out (e.g. {first})"
+        return None
+
+    def failure_reason(self, max_error_rate: float) -> str | None:
+        """Why this run does not pass as a smoke test, in one line, or None.
+
+        It fails when nothing could be measured, when no request completed, or when more than
+        ``max_error_rate`` of the requests failed (0: any failed request fails the run).
+        """
+        unmeasured = self.measurement_problem()
+        if unmeasured:
+            return errors.shorten(f"nothing was measured: {unmeasured}", 600)
+        attempted = self.completed + self.failed
+        first = f", e.g. {self.errors[0]}" if self.errors else ""
+        kinds = ", ".join(f"{kind} {n}" for kind, n in sorted(self.failures.items()))
+        if self.completed == 0:
+            why = f"{self.failed} requests failed ({kinds}){first}" if self.failed else "no request was sent"
+            return errors.shorten(f"no request completed: {why}", 600)
+        rate = self.failed / attempted  # error_rate, known not to be null here
+        if rate > max_error_rate:
+            return errors.shorten(
+                f"error rate {rate:.4f} is above --max-error-rate {max_error_rate:g}: "
+                f"{self.failed} of {attempted} requests failed ({kinds}){first}",
+                600,
+            )
         return None
 
 
@@ -117,9 +141,15 @@ def save(report: BenchReport, path: str | os.PathLike[str]) -> tuple[pathlib.Pat
     """Write the report as JSON at ``path`` and as a self-contained HTML page beside it (.html)."""
     json_path = pathlib.Path(path)
     html_path = json_path.with_suffix(".html")
-    json_path.parent.mkdir(parents=True, exist_ok=True)
-    json_path.write_text(report.to_json() + "\n", encoding="utf-8")
-    html_path.write_text(render_html(report), encoding="utf-8")
+    try:
+        json_path.parent.mkdir(parents=True, exist_ok=True)
+        json_path.write_text(report.to_json() + "\n", encoding="utf-8")
+        html_path.write_text(render_html(report), encoding="utf-8")
+    except OSError as e:
+        raise errors.UsageError(
+            f"cannot write the benchmark report to {json_path} ({e.strerror or e}); "
+            "choose a path in a writable directory"
+        ) from e
     return json_path, html_path
 
 

@@ -41,13 +41,14 @@ class _Group(click.Group):
         try:
             return super().make_context(*args, **kwargs)
         except click.UsageError as e:
-            raise _UsageError(e.message, e.ctx) from e
+            raise _UsageError(e.format_message(), e.ctx) from e
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
         except click.UsageError as e:
-            raise _UsageError(e.message, e.ctx) from e
+            # format_message, not .message: a missing argument keeps its text there (it was a blank "Error:")
+            raise _UsageError(e.format_message(), e.ctx) from e
 
     def resolve_command(self, ctx: click.Context, args: list[str]) -> Any:
         name = args[0] if args else ""
@@ -115,20 +116,11 @@ def main() -> None:
 # --- profile commands (no cluster) ----------------------------------------------------------------
 
 
-def _plan_or_fail(prof: Any) -> Any:
-    """The plan; invalid findings become exit 2 with the YAML line of each field."""
+def _checked(prof: Any, *, allow_unfit: bool = False) -> Any:
+    """The plan, or the refusal every command gives for the profile (planner.check owns the verdict)."""
     from orchestrator import planner
 
-    plan = planner.plan(prof)
-    invalid = [f for f in plan.findings if f.severity == "invalid"]
-    if invalid:
-        lines = [f"{prof.source}: the profile asks for something vLLM would refuse:"]
-        for f in invalid:
-            line = prof.line_of(f.field) if f.field else None
-            where = f" (line {line})" if line else ""
-            lines.append(f"  {f.field}{where}: {f.message}")
-        raise errors.InvalidProfile("\n".join(lines))
-    return plan
+    return planner.check(prof, allow_unfit=allow_unfit)
 
 
 @main.command()
@@ -138,11 +130,12 @@ def _plan_or_fail(prof: Any) -> Any:
 def validate(profile_path: str, output_format: str) -> None:
     """Check a profile's schema and VRAM math; no cluster needed."""
     prof = _load(profile_path)
-    plan = _plan_or_fail(prof)
+    plan = _checked(prof, allow_unfit=True)
     data = {
         "profile": profile_path,
         "valid": True,
         "fits": plan.fits,
+        "verdict": plan.verdict,
         "findings": [f.to_json() for f in plan.findings],
     }
     if output_format != "text":
@@ -161,14 +154,35 @@ def validate(profile_path: str, output_format: str) -> None:
 
 @main.command()
 @click.argument("profile_path", metavar="PROFILE")
+@click.option(
+    "--calibrate-from",
+    "release",
+    metavar="RELEASE",
+    help="Correct the memory the model does not explain by what this release's vLLM logged at start-up "
+    "(same model, GPU, vLLM version and TP; needs the cluster).",
+)
+@click.option("-n", "--namespace", default="default", show_default=True, help="The --calibrate-from release's.")
+@_cluster_options
 @_output_option(("table", "json", "yaml"), "table")
 @handles_errors
-def plan(profile_path: str, output_format: str) -> None:
+def plan(
+    profile_path: str,
+    release: str | None,
+    namespace: str,
+    kubeconfig: str | None,
+    context: str | None,
+    output_format: str,
+) -> None:
     """The capacity table: does it fit, how many full-context sequences, and why."""
-    from orchestrator import planview
+    from orchestrator import planner, planview
 
     prof = _load(profile_path)
-    p = _plan_or_fail(prof)
+    calibration = None
+    if release:
+        from orchestrator import views
+
+        calibration = views.calibration(_options(kubeconfig=kubeconfig, context=context), release, namespace, prof)
+    p = planner.check(prof, allow_unfit=True, calibration=calibration)
     if output_format == "table":
         click.echo(planview.render_table(prof, p, color=output.color_enabled(sys.stdout)))
     else:
@@ -187,15 +201,24 @@ def plan(profile_path: str, output_format: str) -> None:
     show_default=True,
     help="Kubernetes manifests; values for charts/vllm-inference; or the RBAC deployctl itself needs.",
 )
+@click.option(
+    "--force",
+    is_flag=True,
+    help="Render a profile that does not fit its GPUs (exit 3 otherwise); the verdict goes into the objects' "
+    "annotations.",
+)
 @handles_errors
-def render(profile_path: str, out_dir: str | None, fmt: str) -> None:
+def render(profile_path: str, out_dir: str | None, fmt: str, force: bool) -> None:
     """Render deterministic manifests (GitOps), Helm values, or the RBAC deployctl itself needs."""
     from orchestrator import render as render_mod
 
     prof = _load(profile_path)
-    _plan_or_fail(prof)
+    plan = _checked(prof, allow_unfit=force)
+    if not plan.fits:
+        problems = " ".join(f.message for f in plan.findings if f.severity == "error")
+        click.echo(output.paint("warning: ", "yellow", sys.stderr) + f"rendered with --force: {problems}", err=True)
     if fmt == "helm-values":
-        text = output.emit(render_mod.helm_values(prof), "yaml") + "\n"
+        text = output.emit(render_mod.helm_values(prof, plan), "yaml") + "\n"
         if out_dir:
             path = pathlib.Path(out_dir)
             path.mkdir(parents=True, exist_ok=True)
@@ -204,7 +227,7 @@ def render(profile_path: str, out_dir: str | None, fmt: str) -> None:
         else:
             click.echo(text, nl=False)
         return
-    objects = render_mod.rbac(prof.metadata.namespace) if fmt == "rbac" else render_mod.render(prof)
+    objects = render_mod.rbac(prof.metadata.namespace) if fmt == "rbac" else render_mod.render(prof, plan)
     if out_dir:
         for written in render_mod.write(objects, pathlib.Path(out_dir)):
             click.echo(f"wrote {written}", err=True)
@@ -228,7 +251,7 @@ def _finish(outcome: Any, output_format: str) -> None:
         color = "green" if outcome.exit_code == ExitCode.OK else "red"
         click.echo(output.paint(outcome.result.upper(), color) + f": {outcome.message}")
         if outcome.gate:
-            click.echo(f"  smoke gate: {outcome.gate.get('summary')}")
+            click.echo(f"  smoke gate: {outcome.gate.summary()}")
         if outcome.timings:
             phases = ", ".join(f"{k} {v:.1f}s" for k, v in outcome.timings.items())
             click.echo(f"  timings: {phases}")
@@ -261,6 +284,11 @@ def _apply_like(fn: F) -> F:
 @_apply_like
 @click.option("--no-rollback", is_flag=True, help="Leave a failed revision in place for debugging.")
 @click.option("--create-namespace", is_flag=True, help="Create the profile's namespace if it is missing.")
+@click.option(
+    "--dry-run",
+    is_flag=True,
+    help="Plan, preflight and a server-side dry-run apply: say what would happen, write nothing.",
+)
 @_output_option()
 @handles_errors
 def apply(
@@ -273,13 +301,13 @@ def apply(
     lock_ttl: int,
     no_rollback: bool,
     create_namespace: bool,
+    dry_run: bool,
     output_format: str,
 ) -> None:
     """Plan, preflight, lock, apply, watch, gate and record — or roll back."""
     from orchestrator import pipeline
 
     prof = _load(profile_path)
-    _plan_or_fail(prof)
     text = pathlib.Path(profile_path).read_text()
     progress = output.Progress(quiet=False)
     outcome = pipeline.apply(
@@ -293,6 +321,7 @@ def apply(
             skip_bench=skip_bench,
             timeout=timeout,
             create_namespace=create_namespace,
+            dry_run=dry_run,
             lock_ttl=lock_ttl,
         ),
         progress,
@@ -317,12 +346,11 @@ def gate_cmd(
     output_format: str,
 ) -> None:
     """GitOps: wait for the synced Deployment to carry this profile, then health + smoke gate and record."""
-    from orchestrator import pipeline
+    from orchestrator import gitops
 
     prof = _load(profile_path)
-    _plan_or_fail(prof)
     progress = output.Progress()
-    outcome = pipeline.gate_only(
+    outcome = gitops.gate(
         prof,
         pathlib.Path(profile_path).read_text(),
         _options(
@@ -391,12 +419,13 @@ def history(name: str, namespace: str, kubeconfig: str | None, context: str | No
         return
     click.echo(
         output.table(
-            ["REVISION", "STATUS", "GATE", "UPDATED", "ACTOR", "IMAGE", "DESCRIPTION"],
+            ["REVISION", "STATUS", "GATE", "KV PLAN/SEEN", "UPDATED", "ACTOR", "IMAGE", "DESCRIPTION"],
             [
                 [
                     r["revision"],
                     r["status"],
                     r.get("gate") or "-",
+                    _kv(r.get("planner") or {}),
                     r["timestamp"],
                     _actor(r["actor"]),
                     _short_image(r["image"]),
@@ -406,6 +435,15 @@ def history(name: str, namespace: str, kubeconfig: str | None, context: str | No
             ],
         )
     )
+
+
+def _kv(check: dict[str, Any]) -> str:
+    """KV tokens planned/observed, in thousands: `1007k/1012k`; `-` for what is unknown."""
+
+    def k(value: object) -> str:
+        return f"{value / 1000:.0f}k" if isinstance(value, int) else "-"
+
+    return f"{k(check.get('kv_tokens_planned'))}/{k(check.get('kv_tokens_observed'))}"
 
 
 def _actor(actor: dict[str, Any]) -> str:
@@ -447,8 +485,7 @@ def diff(profile_path: str, kubeconfig: str | None, context: str | None) -> None
     from orchestrator import views
 
     prof = _load(profile_path)
-    _plan_or_fail(prof)
-    text = views.diff(_options(kubeconfig=kubeconfig, context=context), prof)
+    text = views.diff(_options(kubeconfig=kubeconfig, context=context), prof, _checked(prof))
     click.echo(text or "no changes", nl=bool(not text) or not text.endswith("\n"))
     sys.exit(1 if text else 0)
 
@@ -546,8 +583,8 @@ def audit_export(name: str, namespace: str, out_file: str | None, kubeconfig: st
 
 
 @main.command("bench")
-@click.option("--url", required=True, help="Base URL of the OpenAI-compatible server.")
-@click.option("--model", required=True, help="Served model name.")
+@click.option("--url", required=True, help="Base URL of the OpenAI-compatible server (a trailing /v1 is dropped).")
+@click.option("--model", required=True, help="Served model name, as GET /v1/models lists it.")
 @click.option("--concurrency", type=click.IntRange(1), default=16, show_default=True)
 @click.option("--requests", "requests_", type=click.IntRange(1), default=64, show_default=True)
 @click.option("--input-tokens", type=click.IntRange(1), default=512, show_default=True)
@@ -558,6 +595,18 @@ def audit_export(name: str, namespace: str, out_file: str | None, kubeconfig: st
 @click.option("--burstiness", type=click.FloatRange(0.01), default=1.0, show_default=True)
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--timeout", type=click.FloatRange(1), default=600, show_default=True)
+@click.option(
+    "--processes",
+    type=click.IntRange(1),
+    help="Client processes to spread the streams over (default: one per 128 streams, at most one per core).",
+)
+@click.option(
+    "--max-error-rate",
+    type=click.FloatRange(0, 1),
+    default=0.0,
+    show_default=True,
+    help="Exit 5 when more than this fraction of the requests failed.",
+)
 @click.option("--save", type=click.Path(dir_okay=False), help="Write the JSON report and an HTML report beside it.")
 @_output_option(("table", "json"), "table")
 @handles_errors
@@ -574,14 +623,20 @@ def bench_cmd(
     burstiness: float,
     seed: int,
     timeout: float,
+    processes: int | None,
+    max_error_rate: float,
     save: str | None,
     output_format: str,
 ) -> None:
-    """The smoke benchmark alone (vLLM `bench serve` metric names)."""
+    """The smoke benchmark alone (vLLM `bench serve` metric names).
+
+    Exits 5 when nothing could be measured, no request completed, or the error rate is above
+    --max-error-rate; the report is printed (and saved) first.
+    """
     from orchestrator import bench
 
-    config = bench.BenchConfig(
-        url=url,
+    config = bench.config_for(
+        url,
         model=model,
         concurrency=concurrency,
         requests=requests_,
@@ -593,12 +648,17 @@ def bench_cmd(
         burstiness=burstiness,
         seed=seed,
         timeout=timeout,
+        processes=processes,
     )
     report = bench.run(config)
+    click.echo(report.to_json() if output_format == "json" else bench.format_table(report))
     if save:
         for written in bench.save(report, pathlib.Path(save)):
             click.echo(f"wrote {written}", err=True)
-    click.echo(report.to_json() if output_format == "json" else bench.format_table(report))
+    problem = report.failure_reason(max_error_rate)
+    if problem:
+        # Not raised: handles_errors would add an error object to stdout, which holds the report.
+        _fail(errors.EndpointError(problem))
 
 
 @main.command()

@@ -22,6 +22,7 @@ class ExitCode(enum.IntEnum):
     ROLLBACK_FAILED = 7
     LOCKED = 8
     AUDIT_FAILED = 9  # the release chain does not verify
+    GATE_FAILED = 10  # `deployctl gate` (GitOps): the synced revision failed its gate; nothing was rolled back
 
 
 class DeployctlError(Exception):

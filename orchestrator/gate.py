@@ -14,16 +14,15 @@ wins (argo-rollouts' rule): Pass < Inconclusive < Error < Fail.
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import enum
-import math
 from collections.abc import Mapping
 from typing import Any
 
-from orchestrator import bench_report, metrics
+from orchestrator import bench_report, slo
 
-OPERATORS = ("<=", ">=", "==", "<", ">")  # two-character operators first: "<=" must not parse as "<"
-METRIC_NAMES = tuple(name for name, field in metrics.Metrics.model_fields.items() if field.annotation is not str)
+METRIC_NAMES = slo.METRIC_NAMES
+Condition = slo.Condition
+parse_slo = slo.parse_slo
 _LOWER_IS_BETTER = ("<=", "<")
 _HIGHER_IS_BETTER = (">=", ">")
 
@@ -39,62 +38,6 @@ class Verdict(enum.IntEnum):
     @property
     def label(self) -> str:
         return self.name.lower()
-
-
-@dataclasses.dataclass(frozen=True)
-class Condition:
-    """One SLO condition, e.g. ``<=1500``."""
-
-    op: str
-    threshold: float
-
-    def holds(self, value: float) -> bool:
-        if self.op == "<=":
-            return value <= self.threshold
-        if self.op == ">=":
-            return value >= self.threshold
-        if self.op == "<":
-            return value < self.threshold
-        if self.op == ">":
-            return value > self.threshold
-        return value == self.threshold
-
-    def __str__(self) -> str:
-        return f"{self.op}{self.threshold:g}"
-
-
-def parse_condition(metric: str, text: object) -> Condition:
-    """Parse ``"<=1500"``; the ValueError names the metric and the operators allowed."""
-    raw = str(text).strip() if isinstance(text, str) else None
-    op = next((o for o in OPERATORS if raw is not None and raw.startswith(o)), None)
-    threshold = math.nan
-    if raw is not None and op is not None:
-        try:
-            threshold = float(raw[len(op) :].strip())
-        except ValueError:
-            threshold = math.nan
-    if op is None or not math.isfinite(threshold):
-        raise ValueError(
-            f"slo {metric}: {text!r} is not a condition; write one of the operators "
-            f'{", ".join(OPERATORS)} followed by a number, e.g. "<=1500"'
-        )
-    return Condition(op, threshold)
-
-
-def parse_slo(mapping: Mapping[str, object]) -> dict[str, Condition]:
-    """Parse a whole SLO map; a ValueError names the bad metric and what is allowed instead."""
-    parsed: dict[str, Condition] = {}
-    for metric, text in mapping.items():
-        _check_metric(metric)
-        parsed[metric] = parse_condition(metric, text)
-    return parsed
-
-
-def _check_metric(metric: str) -> None:
-    if metric not in METRIC_NAMES:
-        close = difflib.get_close_matches(metric, METRIC_NAMES, n=1)
-        hint = f" (did you mean {close[0]!r}?)" if close else ""
-        raise ValueError(f"slo: unknown metric {metric!r}{hint}; the metrics are: {', '.join(METRIC_NAMES)}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -154,20 +97,23 @@ def error_report(message: str) -> GateReport:
 
 def evaluate(
     report: bench_report.BenchReport,
-    slo: Mapping[str, object],
+    slos: Mapping[str, object],
     min_samples: int,
     previous_report: bench_report.BenchReport | Mapping[str, Any] | None = None,
     max_regression_pct: float | None = None,
 ) -> GateReport:
-    """Judge ``report`` against ``slo`` (strings or parsed), and against the previous release.
+    """Judge ``report`` against ``slos`` (strings or parsed), and against the previous release.
 
     ``previous_report`` is the previous release's BenchReport, its JSON, or the ``to_json()`` of
     its GateReport as stored in the release record.
     """
     conditions: dict[str, Condition] = {}
-    for metric, condition in slo.items():
-        _check_metric(metric)
-        conditions[metric] = condition if isinstance(condition, Condition) else parse_condition(metric, condition)
+    for metric, condition in slos.items():
+        if isinstance(condition, Condition):
+            slo.check_metric(metric)
+            conditions[metric] = condition
+        else:
+            conditions.update(slo.parse_slo({metric: condition}))
     measured = {name: _as_float(getattr(report, name)) for name in METRIC_NAMES}
     facts = _bench_facts(report)
     problem = report.measurement_problem()

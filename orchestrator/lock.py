@@ -13,6 +13,7 @@ import datetime as dt
 import os
 import socket
 import threading
+import time
 import uuid
 from collections.abc import Callable
 from typing import Any
@@ -67,6 +68,7 @@ class ReleaseLock:
         self._renewer: threading.Thread | None = None
         self._lease: dict[str, Any] | None = None
         self.lost: str | None = None  # set when renewal found someone else holding the lease
+        self._renewed_at = time.monotonic()
 
     def __enter__(self) -> ReleaseLock:
         self.acquire()
@@ -110,6 +112,7 @@ class ReleaseLock:
         else:
             self._raise_if_held(current)
             self._take_over(current, spec)
+        self._renewed_at = time.monotonic()
         self._renewer = threading.Thread(target=self._renew_loop, name="lease-renew", daemon=True)
         self._renewer.start()
 
@@ -160,6 +163,20 @@ class ReleaseLock:
             return
         current["spec"]["renewTime"] = _micro(_now())
         self._lease = self._kube.replace(current)
+        self._renewed_at = time.monotonic()
+
+    def lost_reason(self) -> str | None:
+        """Why this process may no longer act for the release, or None while it holds the lock.
+
+        Lost when renewal found another holder, or when no renewal succeeded for a whole TTL:
+        another deployctl may then take the lock over as left by a killed process.
+        """
+        if self.lost is not None:
+            return self.lost
+        silent = time.monotonic() - self._renewed_at
+        if silent > self.ttl:
+            return f"the lock of release {self.release} was not renewed for {silent:.0f}s (TTL {self.ttl}s)"
+        return None
 
     def release_lock(self) -> None:
         self._stop.set()

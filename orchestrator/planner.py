@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -28,6 +29,7 @@ from orchestrator import catalog, errors, vllm_flags
 from orchestrator import profile as profile_schema
 
 Severity = Literal["invalid", "error", "warning", "info"]
+Verdict = Literal["fits", "does-not-fit", "invalid"]
 SEVERITY_ORDER: dict[str, int] = {"info": 0, "warning": 1, "error": 2, "invalid": 3}
 
 GIB = 1 << 30
@@ -111,7 +113,6 @@ class MemorySplit:
 class Plan:
     """The capacity plan of a profile: does it fit, how much KV cache, how many full-length sequences."""
 
-    fits: bool
     weights_gib_per_gpu: float
     kv_bytes_per_token_per_gpu: int
     kv_bytes_per_token_model: int
@@ -130,9 +131,22 @@ class Plan:
             return None
         return max(self.findings, key=lambda f: SEVERITY_ORDER[f.severity]).severity
 
+    @property
+    def verdict(self) -> Verdict:
+        """The one verdict every command reports, derived from the worst finding and nothing else."""
+        worst = self.worst_severity
+        if worst == "invalid":
+            return "invalid"
+        return "does-not-fit" if worst == "error" else "fits"
+
+    @property
+    def fits(self) -> bool:
+        return self.verdict == "fits"
+
     def to_json(self) -> dict[str, Any]:
         return {
             "fits": self.fits,
+            "verdict": self.verdict,
             "weights_gib_per_gpu": round(self.weights_gib_per_gpu, 3),
             "kv_bytes_per_token_per_gpu": self.kv_bytes_per_token_per_gpu,
             "kv_bytes_per_token_model": self.kv_bytes_per_token_model,
@@ -181,8 +195,38 @@ class _Layout:
         return 2 * self.layers_per_gpu * self.kv_heads_per_gpu * a.head_dim * self.kv_bytes
 
 
-def plan(profile: profile_schema.Profile) -> Plan:
-    """Work out the per-GPU memory split, KV capacity and findings of ``profile``."""
+@dataclass(frozen=True)
+class Calibration:
+    """What a running engine showed about the memory the model does not explain (``calibrate``)."""
+
+    overhead_gib: float  # observed minus modelled activation + non-torch + CUDA-graph memory, per GPU
+    source: str  # which release and revision it was observed on
+
+    def to_json(self) -> dict[str, Any]:
+        return {"overhead_gib": round(self.overhead_gib, 3), "source": self.source}
+
+
+def calibrate(recorded_plan: Mapping[str, Any], observed_kv_tokens: int, source: str) -> Calibration:
+    """The planner's error on a deployed revision: its plan (``Plan.to_json()``) against the KV
+    tokens its vLLM logged. The KV memory vLLM really had is tokens × bytes per token per GPU; what
+    the plan left for KV beyond that is memory the model did not account for."""
+    per_token = int(recorded_plan["kv_bytes_per_token_per_gpu"])
+    planned_gib = float(recorded_plan["kv_cache_gib_per_gpu"])
+    observed_gib = observed_kv_tokens * per_token / GIB
+    return Calibration(overhead_gib=planned_gib - observed_gib, source=source)
+
+
+def same_setup(recorded_plan: Mapping[str, Any], profile: profile_schema.Profile) -> bool:
+    """Whether a recorded plan is for the same model, GPU and vLLM version as ``profile`` (a
+    calibration only carries over between those)."""
+    inputs = recorded_plan.get("inputs") or {}
+    current = plan(profile).inputs
+    return all(inputs.get(k) == current.get(k) for k in ("model", "gpu", "vllm_version", "tensor_parallel_size"))
+
+
+def plan(profile: profile_schema.Profile, calibration: Calibration | None = None) -> Plan:
+    """Work out the per-GPU memory split, KV capacity and findings of ``profile``; with a
+    ``calibration``, the overhead a running engine showed is taken off the KV cache too."""
     arch = _architecture(profile)
     eng, hw = profile.engine, profile.hardware
     gpu = catalog.gpu(hw.gpu) if hw.gpu else None
@@ -202,7 +246,7 @@ def plan(profile: profile_schema.Profile) -> Plan:
     activation = _activation_bytes(layout, batched_tokens, eng.maxNumSeqs) / GIB
     non_torch = NON_TORCH_GIB_SINGLE if layout.tp == 1 else NON_TORCH_GIB_TENSOR_PARALLEL
     graphs = CUDA_GRAPH_GIB_BASE + CUDA_GRAPH_GIB_PER_LAYER * layout.layers_per_gpu if graphs_reserved else 0.0
-    available = budget - weights - activation - non_torch - graphs
+    available = budget - weights - activation - non_torch - graphs - (calibration.overhead_gib if calibration else 0.0)
 
     kv_per_token = layout.kv_bytes_per_token()
     blocks = max(0, math.floor(available * GIB / (kv_per_token * BLOCK_SIZE)))
@@ -211,7 +255,6 @@ def plan(profile: profile_schema.Profile) -> Plan:
     # vLLM keeps one block back as the null block; a request must fit in the rest.
     usable_tokens = max(0, blocks - 1) * BLOCK_SIZE
     weights_fit = weights <= budget
-    seq_fits = weights_fit and usable_tokens >= eng.maxModelLen
 
     ctx = _Context(
         profile=profile,
@@ -231,7 +274,6 @@ def plan(profile: profile_schema.Profile) -> Plan:
 
     whole_model = _Layout(arch, 1, 1, layout.weight_bytes, kv_dtype_bytes)
     return Plan(
-        fits=seq_fits,
         weights_gib_per_gpu=weights,
         kv_bytes_per_token_per_gpu=kv_per_token,
         kv_bytes_per_token_model=whole_model.kv_bytes_per_token(),
@@ -279,9 +321,39 @@ def plan(profile: profile_schema.Profile) -> Plan:
             "vllm_version": eng.vllmVersion,
             "cuda_graphs_reserved": graphs_reserved,
             "block_size": BLOCK_SIZE,
+            "calibration": calibration.to_json() if calibration else None,
         },
         findings=findings,
     )
+
+
+def check(
+    profile: profile_schema.Profile, *, allow_unfit: bool = False, calibration: Calibration | None = None
+) -> Plan:
+    """The plan of ``profile``, or the refusal every command gives for it.
+
+    An invalid profile (vLLM would refuse it) raises InvalidProfile, exit 2; one that does not fit
+    its GPUs raises DoesNotFit, exit 3, unless ``allow_unfit`` (``validate`` and ``plan`` report the
+    verdict instead of raising; ``render --force`` writes it into the objects). Each problem names
+    its field and YAML line.
+    """
+    result = plan(profile, calibration)
+    if result.verdict == "invalid":
+        raise errors.InvalidProfile(
+            _problems(profile, result, "invalid", "the profile asks for something vLLM would refuse")
+        )
+    if result.verdict == "does-not-fit" and not allow_unfit:
+        raise errors.DoesNotFit(_problems(profile, result, "error", "the profile does not fit its GPUs"))
+    return result
+
+
+def _problems(profile: profile_schema.Profile, result: Plan, severity: Severity, headline: str) -> str:
+    lines = [f"{profile.source}: {headline}:"]
+    for f in result.findings:
+        if f.severity == severity:
+            line = profile.line_of(f.field) if f.field else None
+            lines.append(f"  {f.field}{f' (line {line})' if line else ''}: {f.message}")
+    return "\n".join(lines)
 
 
 # --- inputs ------------------------------------------------------------------------------------

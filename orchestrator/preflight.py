@@ -12,16 +12,14 @@ scarce GPUs"), so we replace one pod at a time instead and say plainly when that
 from __future__ import annotations
 
 import dataclasses
-import decimal
-import math
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from orchestrator import catalog, errors, profile
+from orchestrator import catalog, conventions, errors, profile
 
-GPU_RESOURCE = "nvidia.com/gpu"
-PRODUCT_LABEL = "nvidia.com/gpu.product"
-RELEASE_LABEL = "deployctl.dev/release"
+GPU_RESOURCE = conventions.GPU_RESOURCE
+PRODUCT_LABEL = conventions.GPU_PRODUCT_LABEL
+RELEASE_LABEL = conventions.RELEASE_LABEL
 # The scheduler taints cordoned nodes with this key; we report "cordoned" instead, once.
 _CORDON_TAINT = "node.kubernetes.io/unschedulable"
 # PreferNoSchedule only steers the scheduler; these two keep an untolerating pod off the node.
@@ -122,7 +120,7 @@ def check(
         eligible_nodes=[r.name for r in eligible],
         spare_slots=spare,
         capacity_slots=capacity,
-        strategy=_strategy_spec(strategy_name),
+        strategy=conventions.strategy_spec(strategy_name),
         strategy_name=strategy_name,
         downtime=downtime,
         warnings=warnings,
@@ -154,28 +152,6 @@ def gpu_pools(
         if not _cordoned(node):
             row["gpus_free"] += max(0, total - used.get(_name(node), 0))
     return [pools[k] for k in sorted(pools)]
-
-
-def parse_quantity(value: object) -> decimal.Decimal:
-    """A Kubernetes resource quantity ("4", "500m", "1Ki", "2e3") as a number."""
-    text = str(value).strip()
-    suffix, factor = next(((s, f) for s, f in _SUFFIXES if text.endswith(s)), ("", decimal.Decimal(1)))
-    try:
-        result = decimal.Decimal(text[: len(text) - len(suffix)]) * factor
-    except decimal.InvalidOperation:
-        raise ValueError(f"{value!r} is not a Kubernetes quantity") from None
-    if not result.is_finite():
-        raise ValueError(f"{value!r} is not a Kubernetes quantity")
-    return result
-
-
-# No suffix is the tail of another ("Mi" ends in "i", "M" does not), so order does not matter;
-# an exponent ("2e3", "1E3") ends in a digit and Decimal reads it.
-_SUFFIXES: list[tuple[str, decimal.Decimal]] = [
-    *((s, decimal.Decimal(1024) ** (i + 1)) for i, s in enumerate(("Ki", "Mi", "Gi", "Ti", "Pi", "Ei"))),
-    *((s, decimal.Decimal(1000) ** (i + 1)) for i, s in enumerate(("k", "M", "G", "T", "P", "E"))),
-    ("m", decimal.Decimal("0.001")),
-]
 
 
 # --- per node ---------------------------------------------------------------------------------
@@ -272,11 +248,9 @@ def _node_gpus(node: Mapping[str, Any]) -> int:
 
 
 def _count(value: object, where: str) -> int:
-    """A GPU quantity as a whole number; GPUs are not divisible, so a fraction rounds down."""
-    if value is None:
-        return 0
+    """A GPU quantity as a whole number; an unreadable one is the cluster's error, named by ``where``."""
     try:
-        return max(0, math.floor(parse_quantity(value)))
+        return conventions.gpu_count(value)
     except ValueError as e:
         raise errors.ClusterError(f"{where} {GPU_RESOURCE}: {e}") from e
 
@@ -305,33 +279,10 @@ def _gpus_by_node(
 
 
 def _pod_gpus(pod: Mapping[str, Any]) -> int:
-    """GPUs the scheduler reserves for a pod: containers summed, init containers at their peak.
-
-    Init containers run one after another, so only the largest counts; a sidecar (an init
-    container with restartPolicy Always) keeps running beside everything started after it.
-    """
-    spec = pod.get("spec") or {}
-    where = f"pod {_name(pod)}"
-    sidecars = peak = 0
-    for container in spec.get("initContainers") or []:
-        gpus = _container_gpus(container, where)
-        if container.get("restartPolicy") == "Always":
-            sidecars += gpus
-            peak = max(peak, sidecars)
-        else:
-            peak = max(peak, sidecars + gpus)
-    running = sidecars + sum(_container_gpus(c, where) for c in spec.get("containers") or [])
-    return max(running, peak)
-
-
-def _container_gpus(container: Mapping[str, Any], where: str) -> int:
-    # Extended resources may give only a limit; the API server then sets the request to it.
-    resources = container.get("resources") or {}
-    for kind in ("requests", "limits"):
-        value = (resources.get(kind) or {}).get(GPU_RESOURCE)
-        if value is not None:
-            return _count(value, f"{where} container {container.get('name', '?')} {kind}")
-    return 0
+    try:
+        return conventions.pod_gpus(pod)
+    except ValueError as e:
+        raise errors.ClusterError(f"pod {_name(pod)} {GPU_RESOURCE}: {e}") from e
 
 
 # --- strategy ---------------------------------------------------------------------------------
@@ -397,14 +348,6 @@ def _strategy(
             "the outage, or run rollout.replicas: 2 or more so one replica keeps serving."
         ),
     )
-
-
-def _strategy_spec(strategy_name: str) -> dict[str, Any]:
-    """Deployment.spec.strategy for a strategy name; a fresh dict the renderer may keep."""
-    if strategy_name == "recreate":
-        return {"type": "Recreate"}
-    surge = int(strategy_name == "surge")
-    return {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": surge, "maxUnavailable": 1 - surge}}
 
 
 # --- refusal text -----------------------------------------------------------------------------

@@ -17,7 +17,7 @@ from typing import Annotated, Any, Literal
 import pydantic
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 
-from orchestrator import catalog, errors, strictyaml, vllm_flags
+from orchestrator import catalog, errors, slo, strictyaml, vllm_flags
 
 API_VERSION = "deployctl/v1"
 KIND = "InferenceProfile"
@@ -212,7 +212,8 @@ class EngineSpec(_Model):
         default=256,
         ge=1,
         le=65_536,
-        description="Most sequences decoded at once (`--max-num-seqs`); 256 is vLLM's default.",
+        description="Most sequences decoded at once (`--max-num-seqs`). deployctl always passes it, so vLLM's "
+        "own GPU-dependent default never applies; the planner warns when full-context KV cannot hold this many.",
     )
     maxNumBatchedTokens: int | None = Field(
         default=None,
@@ -228,7 +229,10 @@ class EngineSpec(_Model):
         default=0.9,
         gt=0,
         le=1,
-        description="Share of each GPU's memory vLLM may use (`--gpu-memory-utilization`); 0.9 is vLLM's default.",
+        description="Share of each GPU's memory (as CUDA reports it) vLLM may use (`--gpu-memory-utilization`); "
+        "`deployctl plan` sizes the KV cache from it. deployctl always passes it, so vLLM's own default never "
+        "applies; 0.9 leaves a tenth of each GPU for memory outside vLLM's budget (another process on the "
+        "GPU, say).",
     )
     enablePrefixCaching: bool = Field(default=True, description="Reuse KV blocks of shared prompt prefixes.")
     extraArgs: list[str] = Field(
@@ -264,7 +268,8 @@ class EngineSpec(_Model):
         if secret is not None:
             raise ValueError(
                 "--api-key in extraArgs would put a secret into the profile and the release records; "
-                "set VLLM_API_KEY from a Secret in your image or admission policy instead"
+                "authenticate in front of the Service instead (docs/airgap.md); the gate's port-forward reaches the "
+                "pods behind it"
             )
         version = info.data.get("vllmVersion", DEFAULT_VLLM_VERSION)
         if version not in vllm_flags.known_versions():
@@ -393,9 +398,6 @@ class RolloutSpec(_Model):
     )
 
 
-_SLO_OPERATORS = ("<=", ">=", "==", "<", ">")
-
-
 class SmokeSpec(_Model):
     enabled: bool = Field(default=True, description="Run the smoke benchmark after /health passes.")
     concurrency: int = Field(default=16, ge=1, le=4096, description="Streams kept in flight.")
@@ -410,7 +412,8 @@ class SmokeSpec(_Model):
     slo: dict[str, str] = Field(
         default_factory=dict,
         description='SLOs, vLLM SLA syntax: metric → condition, e.g. `p95_ttft_ms: "<=1500"`, '
-        '`output_throughput: ">=1800"`, `error_rate: "<=0.01"`.',
+        '`output_throughput: ">=1800"`, `error_rate: "<=0.01"`. Metric names are those of `deployctl bench` '
+        "(vLLM `bench serve` names); an unknown one is refused with a did-you-mean.",
     )
 
     @pydantic.model_validator(mode="after")
@@ -424,17 +427,10 @@ class SmokeSpec(_Model):
 
     @pydantic.field_validator("slo")
     @classmethod
-    def _slo_syntax(cls, v: dict[str, str]) -> dict[str, str]:
-        for metric, condition in v.items():
-            text = str(condition).strip()
-            op = next((o for o in _SLO_OPERATORS if text.startswith(o)), None)
-            try:
-                float(text[len(op) :]) if op else float("x")
-            except ValueError:
-                raise ValueError(
-                    f"slo {metric}: {condition!r} is not a condition; write an operator "
-                    f'({", ".join(_SLO_OPERATORS)}) and a number, e.g. "<=1500"'
-                ) from None
+    def _slo_known(cls, v: dict[str, str]) -> dict[str, str]:
+        # The gate's own parser: a metric the gate does not measure, or a condition it cannot read,
+        # is refused here, before an apply writes anything (it used to crash the smoke step).
+        slo.parse_slo(v)
         return v
 
 

@@ -28,15 +28,20 @@ import io
 import json
 import zlib
 from collections.abc import Mapping, Sequence
-from typing import Any, Literal, Protocol, TypedDict
+from typing import Any, Literal, Protocol
 
-from orchestrator import errors
+import pydantic
+import yaml
+from pydantic import ConfigDict
 
-LABEL_RECORD = "deployctl.dev/release-record"
-LABEL_RELEASE = "deployctl.dev/release"
-LABEL_REVISION = "deployctl.dev/revision"
-LABEL_OUTCOME = "deployctl.dev/outcome"
-ANNOTATION_HASH = "deployctl.dev/record-sha256"
+from orchestrator import conventions, errors
+from orchestrator.profile import Profile
+
+LABEL_RECORD = conventions.RECORD_LABEL
+LABEL_RELEASE = conventions.RELEASE_LABEL
+LABEL_REVISION = conventions.REVISION_LABEL
+LABEL_OUTCOME = conventions.OUTCOME_LABEL
+ANNOTATION_HASH = conventions.RECORD_HASH_ANNOTATION
 RECORD_KEY = "record.json"
 MANIFESTS_KEY = "manifests.yaml.gz"
 
@@ -63,7 +68,13 @@ Outcome = Literal["deployed", "failed"]
 Status = Literal["deployed", "superseded", "failed"]
 
 
-class ModelRef(TypedDict):
+class _Strict(pydantic.BaseModel):
+    # Strict and closed: a record that does not fit was not written by this version of deployctl,
+    # and guessing (a "1" for 1, a true for 1) would change the bytes the hash covers.
+    model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
+
+
+class ModelRef(_Strict):
     """The served model and the weights revision (commit or tag) it was deployed with."""
 
     name: str
@@ -82,13 +93,8 @@ class Cluster(Protocol):
     def create(self, obj: dict[str, Any]) -> dict[str, Any]: ...
 
 
-@dataclasses.dataclass(frozen=True)
-class Record:
-    """One revision of a release, as stored.
-
-    ``hash`` is the hash the record was stored with (the annotation, or an export's copy of it);
-    ``computed_hash()`` is what the content hashes to now. They differ when a record was edited.
-    """
+class RecordBody(_Strict):
+    """The fields of ``record.json``: what the hash covers."""
 
     release: str
     namespace: str
@@ -101,18 +107,34 @@ class Record:
     image: str
     profile_hash: str
     profile: str  # the profile YAML text, as applied
-    plan: dict[str, Any] | None
-    gate: dict[str, Any] | None
+    plan: dict[str, Any] | None  # Plan.to_json()
+    gate: dict[str, Any] | None  # GateReport.to_json()
     failure: dict[str, str] | None  # {"class": ..., "message": ...}
     rollback_of: int | None
     manifests_sha256: str
     prev_hash: str  # "" for revision 1
+    # What each new pod's vLLM logged at start-up (startup_log.Observation.to_json()), beside the
+    # plan. Added after the first records were written: left out of record.json when None, so
+    # the hash of every older record stays what it was.
+    observed: list[dict[str, Any]] | None = None
+
+
+class Record(RecordBody):
+    """One revision of a release, as stored.
+
+    ``hash`` is the hash the record was stored with (the annotation, or an export's copy of it);
+    ``computed_hash()`` is what the content hashes to now. They differ when a record was edited.
+    """
+
     hash: str
     manifests: bytes  # the exact applied manifest bytes, decompressed
 
     def body(self) -> dict[str, Any]:
         """The fields of ``record.json``: everything but the hash and the manifest bytes."""
-        return {name: getattr(self, name) for name in _BODY_TYPES}
+        body = self.model_dump(include=set(RecordBody.model_fields))
+        if body["observed"] is None:
+            del body["observed"]
+        return body
 
     def record_json(self) -> bytes:
         return canonical_json(self.body())
@@ -131,30 +153,105 @@ class Record:
             "profile_hash": self.profile_hash,
             "image": self.image,
             "gate": (self.gate or {}).get("verdict"),  # pass|inconclusive|error|fail; None: not gated
+            "planner": self.planner_check(),
         }
 
+    def planner_check(self) -> dict[str, Any]:
+        """The plan's KV cache against what the pods' vLLM logged (the smallest pod's), and the load time."""
+        kv = [o["kv_cache_tokens"] for o in self.observed or [] if isinstance(o.get("kv_cache_tokens"), int)]
+        loads = [o["load_seconds"] for o in self.observed or [] if isinstance(o.get("load_seconds"), (int, float))]
+        return {
+            "kv_tokens_planned": (self.plan or {}).get("kv_cache_tokens"),
+            "kv_tokens_observed": min(kv) if kv else None,
+            "load_seconds": max(loads) if loads else None,
+        }
 
-# The keys of record.json and the JSON types each may hold. Parsing is strict: a record that
-# does not fit was not written by this version of deployctl, and guessing would break the hash.
-_BODY_TYPES: dict[str, tuple[type, ...]] = {
-    "release": (str,),
-    "namespace": (str,),
-    "revision": (int,),
-    "outcome": (str,),
-    "description": (str,),
-    "timestamp": (str,),
-    "actor": (dict,),
-    "model": (dict,),
-    "image": (str,),
-    "profile_hash": (str,),
-    "profile": (str,),
-    "plan": (dict, type(None)),
-    "gate": (dict, type(None)),
-    "failure": (dict, type(None)),
-    "rollback_of": (int, type(None)),
-    "manifests_sha256": (str,),
-    "prev_hash": (str,),
-}
+    def stored_settings(self) -> dict[str, Any]:
+        """The gate section of the stored profile, read leniently (plain YAML, not today's schema):
+        a rollback must work for a revision written by an older deployctl. Empty when unreadable."""
+        try:
+            stored = yaml.safe_load(self.profile) or {}
+        except yaml.YAMLError:
+            return {}
+        section = stored.get("gate") if isinstance(stored, dict) else None
+        return section if isinstance(section, dict) else {}
+
+
+@dataclasses.dataclass(frozen=True)
+class Draft:
+    """What a new revision is, for its record: everything but the outcome."""
+
+    release: str
+    namespace: str
+    manifests: bytes
+    profile_text: str
+    plan: dict[str, Any] | None
+    model: ModelRef
+    image: str
+    profile_hash: str
+    actor: dict[str, Any]
+
+    @classmethod
+    def of_profile(
+        cls, profile: Profile, plan: dict[str, Any], manifests: bytes, profile_text: str, actor: dict[str, Any]
+    ) -> Draft:
+        """A new revision of ``profile``'s release with these manifests, planned as ``plan``."""
+        return cls(
+            profile.metadata.name,
+            profile.metadata.namespace,
+            manifests,
+            profile_text,
+            plan,
+            ModelRef(name=profile.model.name, revision=profile.model.revision),
+            profile.engine.image,
+            profile.spec_hash(),
+            actor,
+        )
+
+    @classmethod
+    def of(cls, record: Record, actor: dict[str, Any]) -> Draft:
+        """A new revision with the stored bytes of ``record`` (a rollback), by ``actor``."""
+        return cls(
+            record.release,
+            record.namespace,
+            record.manifests,
+            record.profile,
+            record.plan,
+            record.model,
+            record.image,
+            record.profile_hash,
+            actor,
+        )
+
+    def record(
+        self,
+        kube: Cluster,
+        *,
+        outcome: Outcome,
+        description: str,
+        gate: dict[str, Any] | None = None,
+        failure: dict[str, str] | None = None,
+        observed: list[dict[str, Any]] | None = None,
+        rollback_of: int | None = None,
+    ) -> Record:
+        return append(
+            kube,
+            self.release,
+            self.namespace,
+            outcome=outcome,
+            description=description,
+            manifests=self.manifests,
+            profile_text=self.profile_text,
+            plan=self.plan,
+            gate=gate,
+            failure=failure,
+            observed=observed,
+            rollback_of=rollback_of,
+            model=self.model,
+            image=self.image,
+            profile_hash=self.profile_hash,
+            actor=self.actor,
+        )
 
 
 # -- encoding -------------------------------------------------------------------------------------
@@ -187,24 +284,8 @@ def record_name(release: str, revision: int) -> str:
 
 def record_from_body(body: Mapping[str, Any], *, hash: str, manifests: bytes) -> Record:
     """Check a parsed ``record.json`` field by field and build the Record; ValueError says what is wrong."""
-    missing = sorted(set(_BODY_TYPES) - set(body))
-    unknown = sorted(set(body) - set(_BODY_TYPES))
-    if missing or unknown:
-        raise ValueError(f"missing keys {missing}, unknown keys {unknown}")
-    for key, types in _BODY_TYPES.items():
-        value = body[key]
-        # bool is an int in Python but not a revision number in JSON
-        if not isinstance(value, types) or (isinstance(value, bool) and bool not in types):
-            raise ValueError(f"{key} is {type(value).__name__}, expected {' or '.join(t.__name__ for t in types)}")
-    if body["outcome"] not in ("deployed", "failed"):
-        raise ValueError(f"outcome is {body['outcome']!r}, expected 'deployed' or 'failed'")
-    model = body["model"]
-    if (
-        set(model) != {"name", "revision"}
-        or not isinstance(model["name"], str)
-        or not isinstance(model["revision"], (str, type(None)))
-    ):
-        raise ValueError(f"model is {model!r}, expected {{'name': str, 'revision': str or null}}")
+    if not isinstance(body, Mapping) or {"hash", "manifests"} & set(body):
+        raise ValueError("record.json must be an object without 'hash' or 'manifests' keys")
     return Record(**body, hash=hash, manifests=manifests)
 
 
@@ -291,6 +372,7 @@ def append(
     failure: dict[str, str] | None,
     rollback_of: int | None,
     model: ModelRef,
+    observed: list[dict[str, Any]] | None = None,
     image: str,
     profile_hash: str,
     actor: dict[str, Any],
@@ -314,7 +396,7 @@ def append(
             "description": description,
             "timestamp": timestamp.strftime("%Y-%m-%dT%H:%M:%SZ"),
             "actor": actor,
-            "model": {"name": model["name"], "revision": model["revision"]},
+            "model": model.model_dump(),
             "image": image,
             "profile_hash": profile_hash,
             "profile": profile_text,
@@ -325,9 +407,11 @@ def append(
             "manifests_sha256": sha256(manifests),
             "prev_hash": last.hash if last else "",
         }
+        if observed is not None:
+            body["observed"] = observed
         try:
             record = record_from_body(body, hash=sha256(canonical_json(body)), manifests=manifests)
-        except (TypeError, ValueError) as e:
+        except (TypeError, ValueError) as e:  # ValueError: pydantic's, or canonical_json's for NaN
             raise errors.UsageError(
                 f"cannot record revision {body['revision']} of {release!r}: {e}. "
                 "The plan, gate report and actor must be plain JSON objects (no NaN, no other types)"

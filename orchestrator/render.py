@@ -23,15 +23,15 @@ import jinja2
 import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
-from orchestrator import catalog, planner
+from orchestrator import catalog, conventions, planner
 from orchestrator import profile as profiles
 
 CHART_NAME = "vllm-inference"  # also app.kubernetes.io/name, as in a chart made by `helm create`
-MANAGED_BY = "deployctl"  # the Helm chart writes the same, so both renders carry equal labels
-RELEASE_LABEL = "deployctl.dev/release"  # pruning and the rollout watch find objects by it
-PROFILE_HASH_ANNOTATION = "deployctl.dev/profile-hash"
-GPU_RESOURCE = "nvidia.com/gpu"
-GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
+MANAGED_BY = conventions.MANAGED_BY  # the Helm chart writes the same, so both renders carry equal labels
+RELEASE_LABEL = conventions.RELEASE_LABEL
+PROFILE_HASH_ANNOTATION = conventions.PROFILE_HASH_ANNOTATION
+GPU_RESOURCE = conventions.GPU_RESOURCE
+GPU_PRODUCT_LABEL = conventions.GPU_PRODUCT_LABEL
 
 # The official vllm/vllm-openai image's ENTRYPOINT is `vllm serve`, but older images used
 # `python3 -m vllm.entrypoints.openai.api_server`, which takes no positional model. Naming the
@@ -60,15 +60,6 @@ PROBE_PERIOD_SECONDS = 10
 # The pod's last words: vLLM stops taking requests on SIGTERM and finishes what it can; a
 # minute covers short completions without holding a GPU node through a drain for long.
 TERMINATION_GRACE_SECONDS = 60
-
-# What rollout.strategy means before preflight has looked at the cluster. "auto" takes the
-# choice that can never hang: surge needs a free GPU slot, which nobody has checked yet.
-_STRATEGIES: dict[str, dict[str, Any]] = {
-    "surge": {"type": "RollingUpdate", "maxSurge": 1, "maxUnavailable": 0},
-    "no-surge": {"type": "RollingUpdate", "maxSurge": 0, "maxUnavailable": 1},
-    "auto": {"type": "RollingUpdate", "maxSurge": 0, "maxUnavailable": 1},
-    "recreate": {"type": "Recreate"},
-}
 
 # Objects in the order they are applied: the NetworkPolicy exists before the first pod can
 # reach out, the ServiceAccount before the pods that name it.
@@ -237,16 +228,18 @@ class Values(_Values):
 # --- resolving a profile -------------------------------------------------------------------------
 
 
-def helm_values(profile: profiles.Profile) -> dict[str, Any]:
+def helm_values(profile: profiles.Profile, plan: planner.Plan) -> dict[str, Any]:
     """The chart's values for a profile: what `deployctl render --format helm-values` prints."""
-    return _resolve(profile, None).model_dump(mode="json")
+    return _resolve(profile, plan, None).model_dump(mode="json")
 
 
-def _resolve(profile: profiles.Profile, strategy: Mapping[str, Any] | None) -> Values:
+def _resolve(profile: profiles.Profile, plan: planner.Plan, strategy: Mapping[str, Any] | None) -> Values:
     engine, placement, rollout = profile.engine, profile.placement, profile.rollout
     source = profile.model.source
     gpus = str(profile.gpus_per_pod)
-    startup = startup_seconds(profile)
+    startup = startup_seconds(profile, plan)
+    if strategy is None:
+        strategy = conventions.strategy_spec(conventions.PROFILE_STRATEGY_DEFAULTS[rollout.strategy])
     return Values(
         fullnameOverride=profile.metadata.name,
         vllmVersion=engine.vllmVersion,
@@ -255,7 +248,7 @@ def _resolve(profile: profiles.Profile, strategy: Mapping[str, Any] | None) -> V
         image=ImageValues(reference=engine.image),
         imagePullSecrets=[ImagePullSecret(name=n) for n in engine.imagePullSecrets],
         replicaCount=rollout.replicas,
-        strategy=_strategy(strategy) if strategy is not None else StrategyValues(**_STRATEGIES[rollout.strategy]),
+        strategy=_strategy(strategy),
         progressDeadlineSeconds=rollout.progressDeadlineSeconds,
         revisionHistoryLimit=rollout.revisionHistory,
         server=ServerValues(args=_server_args(profile), port=engine.port, env=_env(profile)),
@@ -343,14 +336,14 @@ def _env(profile: profiles.Profile) -> list[dict[str, Any]]:
     return env
 
 
-def startup_seconds(profile: profiles.Profile) -> int:
+def startup_seconds(profile: profiles.Profile, plan: planner.Plan) -> int:
     """Seconds a pod may take to load before the startup probe restarts it (the probe allows at least this).
 
     engine.startupSeconds when given, else the estimate described at STARTUP_FIXED_SECONDS.
     """
     if profile.engine.startupSeconds is not None:
         return profile.engine.startupSeconds
-    weights_gib = planner.plan(profile).weights_gib_per_gpu * profile.gpus_per_pod
+    weights_gib = plan.weights_gib_per_gpu * profile.gpus_per_pod
     return math.ceil(STARTUP_FIXED_SECONDS + weights_gib * 1024 / STORAGE_MIB_PER_SECOND)
 
 
@@ -394,13 +387,18 @@ def _sorted(mapping: Mapping[str, str]) -> dict[str, str]:
 # --- templates -------------------------------------------------------------------------------------
 
 
-def render(profile: profiles.Profile, strategy: Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
+def render(
+    profile: profiles.Profile, plan: planner.Plan, strategy: Mapping[str, Any] | None = None
+) -> list[dict[str, Any]]:
     """The release's Kubernetes objects in apply order.
 
-    ``strategy`` is the Deployment strategy preflight chose from the cluster's free GPUs; without
-    it, rollout.strategy decides, and "auto" replaces one pod at a time, which never hangs.
+    ``plan`` is the profile's plan, made once by the caller (it sizes the startup probe). When its
+    verdict is not "fits" (``render --force``), every object carries the verdict in an annotation,
+    so a reviewer of the GitOps change sees it. ``strategy`` is the Deployment strategy preflight
+    chose from the cluster's free GPUs; without it, rollout.strategy decides, and "auto" replaces
+    one pod at a time, which never hangs.
     """
-    values = _resolve(profile, strategy).model_dump(mode="json")
+    values = _resolve(profile, plan, strategy).model_dump(mode="json")
     labels = _labels(values)
     context = {
         "values": values,
@@ -418,7 +416,15 @@ def render(profile: profiles.Profile, strategy: Mapping[str, Any] | None = None)
     for template, always in _WORKLOAD_TEMPLATES:
         if always or values["networkPolicy"]["enabled"]:
             objects.extend(_render_template(template, context))
+    if plan.verdict != "fits":
+        for obj in objects:
+            obj["metadata"].setdefault("annotations", {})[conventions.FIT_VERDICT_ANNOTATION] = _verdict_text(plan)
     return objects
+
+
+def _verdict_text(plan: planner.Plan) -> str:
+    problems = [f.message for f in plan.findings if f.severity in ("error", "invalid")]
+    return f"{plan.verdict} (rendered with --force): " + " ".join(problems)
 
 
 def rbac(namespace: str, service_account: str = "deployctl") -> list[dict[str, Any]]:
@@ -436,7 +442,7 @@ def _labels(values: Mapping[str, Any]) -> dict[str, str]:
         **_selector(values),
         "app.kubernetes.io/component": "inference-server",
         "app.kubernetes.io/part-of": "llm-inference",
-        "app.kubernetes.io/managed-by": MANAGED_BY,
+        conventions.MANAGED_BY_LABEL: MANAGED_BY,
         "app.kubernetes.io/version": values["vllmVersion"],
         RELEASE_LABEL: values["fullnameOverride"],
     }
@@ -475,7 +481,13 @@ def _to_json(value: Any) -> str:
             str(obj)  # StrictUndefined raises UndefinedError here, naming the missing value
         raise TypeError(f"a {type(obj).__name__} cannot go into a manifest")
 
-    return json.dumps(value, sort_keys=True, ensure_ascii=False, default=not_json)
+    text = json.dumps(value, sort_keys=True, ensure_ascii=False, default=not_json)
+    # JSON leaves DEL, the C1 controls and lone surrogates raw, which YAML refuses to read: escape them
+    # (\uXXXX means the same in both), so any string a profile holds renders and parses back.
+    return _NOT_YAML_PRINTABLE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
+
+
+_NOT_YAML_PRINTABLE = re.compile("[\x7f-\x84\x86-\x9f\ud800-\udfff\ufffe\uffff]")
 
 
 def _templates_dir() -> pathlib.Path:

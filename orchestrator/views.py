@@ -13,19 +13,17 @@ from typing import Any
 
 import yaml
 
-from orchestrator import audit, errors, preflight, releases, render
+from orchestrator import applyset, audit, conventions, errors, planner, preflight, releases, render
 from orchestrator.kube import connect
 from orchestrator.pipeline import Options
 from orchestrator.profile import Profile
-
-_VOLATILE_METADATA = ("managedFields", "resourceVersion", "uid", "creationTimestamp", "generation")
 
 
 def history(options: Options, name: str, namespace: str) -> list[dict[str, Any]]:
     kube = connect(options.kubeconfig, options.context)
     records = releases.load_history(kube, name, namespace)
     if not records:
-        raise errors.UnknownRelease(f"release {name} has no records in namespace {namespace} (check -n)")
+        raise errors.UnknownRelease(conventions.no_records_message(name, namespace))
     return releases.summaries(records)
 
 
@@ -33,16 +31,18 @@ def status(options: Options, name: str, namespace: str) -> dict[str, Any]:
     kube = connect(options.kubeconfig, options.context)
     records = releases.load_history(kube, name, namespace)
     if not records:
-        raise errors.UnknownRelease(f"release {name} has no records in namespace {namespace} (check -n)")
+        raise errors.UnknownRelease(conventions.no_records_message(name, namespace))
     live = releases.live(records)
     last_failed = next((r for r in reversed(records) if r.outcome == "failed"), None)
     deployment = kube.get("Deployment", name, namespace) or {}
-    pods, _ = kube.list("Pod", namespace, labels=f"deployctl.dev/release={name}")
+    pods, _ = kube.list("Pod", namespace, labels=f"{conventions.RELEASE_LABEL}={name}")
     pod_rows = []
     for pod in sorted(pods, key=lambda p: p["metadata"]["name"]):
         conditions = {c["type"]: c["status"] for c in (pod.get("status") or {}).get("conditions") or []}
-        containers = pod.get("spec", {}).get("containers") or []
-        gpus = sum(int((c.get("resources", {}).get("limits") or {}).get("nvidia.com/gpu", 0)) for c in containers)
+        try:
+            gpus = conventions.pod_gpus(pod)
+        except ValueError:
+            gpus = 0  # an unreadable quantity on someone's pod must not hide the release's status
         pod_rows.append(
             {
                 "name": pod["metadata"]["name"],
@@ -59,7 +59,7 @@ def status(options: Options, name: str, namespace: str) -> dict[str, Any]:
         "live_revision": live.revision if live else None,
         "live_description": live.description if live else None,
         "image": live.image if live else None,
-        "model": live.model if live else None,
+        "model": live.model.model_dump() if live else None,
         "replicas": {
             "desired": deployment.get("spec", {}).get("replicas"),
             "ready": dep_status.get("readyReplicas", 0),
@@ -67,9 +67,25 @@ def status(options: Options, name: str, namespace: str) -> dict[str, Any]:
         },
         "pods": pod_rows,
         "gate": live.gate if live else None,
+        "planner": live.planner_check() if live else None,
         "last_failure": ({"revision": last_failed.revision, **(last_failed.failure or {})} if last_failed else None),
         "revisions": len(records),
     }
+
+
+def planner_line(check: dict[str, Any]) -> str:
+    """Predicted against observed KV cache, e.g. `KV cache 1,006,560 tokens planned, 1,012,000 observed (+0.5%)`."""
+    planned, observed = check.get("kv_tokens_planned"), check.get("kv_tokens_observed")
+    text = f"KV cache {planned:,} tokens planned" if isinstance(planned, int) else "KV cache not planned"
+    if isinstance(observed, int):
+        text += f", {observed:,} observed"
+        if isinstance(planned, int) and planned > 0:
+            text += f" ({observed / planned - 1:+.1%})"
+    else:
+        text += ", not observed (the pods' logs held no vLLM start-up lines)"
+    if isinstance(check.get("load_seconds"), (int, float)):
+        text += f"; model load {check['load_seconds']:.0f}s"
+    return text
 
 
 def format_status(data: dict[str, Any]) -> str:
@@ -91,6 +107,9 @@ def format_status(data: dict[str, Any]) -> str:
     gate = data.get("gate")
     if gate:
         lines.append(f"gate: {gate.get('summary') or gate.get('verdict')}")
+    check = data.get("planner")
+    if check:
+        lines.append(f"planner: {planner_line(check)}")
     failure = data.get("last_failure")
     if failure:
         lines.append(
@@ -100,7 +119,7 @@ def format_status(data: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def diff(options: Options, profile: Profile) -> str:
+def diff(options: Options, profile: Profile, plan: planner.Plan) -> str:
     """Unified diff between the live objects and what a server-side apply would make of the render."""
     kube = connect(options.kubeconfig, options.context)
     chunks: list[str] = []
@@ -108,7 +127,7 @@ def diff(options: Options, profile: Profile) -> str:
     # The rollout strategy is chosen by apply's preflight from free GPUs, not by the profile:
     # compare against the live choice so that only what the profile changes shows.
     strategy = (live_deployment or {}).get("spec", {}).get("strategy")
-    for obj in render.render(profile, strategy=strategy):
+    for obj in render.render(profile, plan, strategy=strategy):
         kind, name = obj["kind"], obj["metadata"]["name"]
         namespace = obj["metadata"].get("namespace")
         live = kube.get(kind, name, namespace)
@@ -131,15 +150,7 @@ def diff(options: Options, profile: Profile) -> str:
 
 
 def _clean(obj: dict[str, Any]) -> str:
-    obj = json.loads(json.dumps(obj))
-    obj.pop("status", None)
-    meta = obj.get("metadata", {})
-    for key in _VOLATILE_METADATA:
-        meta.pop(key, None)
-    meta.get("annotations", {}).pop("deployment.kubernetes.io/revision", None)
-    if not meta.get("annotations"):
-        meta.pop("annotations", None)
-    return yaml.safe_dump(obj, sort_keys=True, default_flow_style=False)
+    return yaml.safe_dump(applyset.clean(obj), sort_keys=True, default_flow_style=False)
 
 
 def inventory(options: Options) -> list[dict[str, Any]]:
@@ -153,7 +164,7 @@ def audit_export(options: Options, name: str, namespace: str) -> dict[str, Any]:
     kube = connect(options.kubeconfig, options.context)
     records = releases.load_history(kube, name, namespace)
     if not records:
-        raise errors.UnknownRelease(f"release {name} has no records in namespace {namespace} (check -n)")
+        raise errors.UnknownRelease(conventions.no_records_message(name, namespace))
     return audit.export(records, release=name, namespace=namespace)
 
 
@@ -170,7 +181,7 @@ def audit_verify(
         kube = connect(options.kubeconfig, options.context)
         records = releases.load_history(kube, name, namespace)
         if not records:
-            raise errors.UnknownRelease(f"release {name} has no records in namespace {namespace} (check -n)")
+            raise errors.UnknownRelease(conventions.no_records_message(name, namespace))
         problems = audit.verify(records, release=name, namespace=namespace)
         if against:
             doc = _read_export(against)
@@ -193,3 +204,27 @@ def _read_export(path: str) -> dict[str, Any]:
     if not isinstance(doc, dict):
         raise errors.UsageError(f"{path} is not a deployctl audit export (expected a JSON object)")
     return doc
+
+
+def calibration(options: Options, release: str, namespace: str, profile: Profile) -> planner.Calibration:
+    """The planner's error as the newest deployed revision of ``release`` with a start-up
+    observation showed it, for ``plan --calibrate-from``; refused when that revision ran another
+    model, GPU, vLLM version or TP size, since the error does not carry over."""
+    kube = connect(options.kubeconfig, options.context)
+    records = releases.load_history(kube, release, namespace)
+    if not records:
+        raise errors.UnknownRelease(conventions.no_records_message(release, namespace))
+    for record in reversed(records):
+        observed = record.planner_check()["kv_tokens_observed"]
+        if record.outcome != "deployed" or record.plan is None or not isinstance(observed, int):
+            continue
+        if not planner.same_setup(record.plan, profile):
+            raise errors.UsageError(
+                f"revision {record.revision} of {release} ran another model, GPU, vLLM version or tensor-parallel "
+                "size than this profile; a calibration only carries over between the same ones"
+            )
+        return planner.calibrate(record.plan, observed, f"{release} revision {record.revision} in {namespace}")
+    raise errors.UsageError(
+        f"release {release} in {namespace} has no deployed revision with a vLLM start-up observation "
+        "(its pods' logs held no KV cache line); deploy it with this deployctl first"
+    )

@@ -98,9 +98,7 @@ def generate() -> str:
         for name, field in model.model_fields.items():
             desc = (field.description or "").replace("|", "\\|").replace("\n", " ")
             examples = f" Example: `{json.dumps(field.examples[0])}`." if field.examples else ""
-            lines.append(
-                f"| `{name}` | {_type_name(field.annotation)} | {_default(field)} | {desc}{examples} |"
-            )
+            lines.append(f"| `{name}` | {_type_name(field.annotation)} | {_default(field)} | {desc}{examples} |")
         lines.append("")
     return "\n".join(lines)
 

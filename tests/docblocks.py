@@ -1,8 +1,9 @@
 """The documentation as test data: its pages, links, the `deployctl` commands in its code blocks,
-and the output shown under them.
+the output shown under them, and its prose: sentences and tables.
 
 Used by tests/test_docs.py (no cluster: links, commands parse, offline commands run and print what
-the page shows) and e2e/test_demo.py (cluster commands print what the page shows, as in the demo).
+the page shows), tests/test_doc_claims.py (statements of fact checked against the code) and
+e2e/test_demo.py (cluster commands print what the page shows, as in the demo).
 
 Conventions the pages follow, so that the tests can read them:
 
@@ -19,6 +20,22 @@ Conventions the pages follow, so that the tests can read them:
   cluster command whose output a console block shows must be one that `make demo` runs, with output
   it printed: e2e/test_demo.py compares them, with times, numbers, pod names and hashes masked.
   Other cluster commands belong in non-console blocks, where they are only parsed.
+
+Statements of fact the pages make in forms tests/test_doc_claims.py checks:
+
+- A block headed `out/ from PROFILE   out/ after FIELD: VALUE` lists, in two columns as `ls` sorts
+  them, the files `deployctl render PROFILE -o out/` leaves in out/, and those a second render with
+  FIELD set to VALUE leaves; a listed file not named `NN-kind-name.yaml` is the user's own.
+- A table with the columns `role`, `resources` and `verbs` (names in code spans) lists exactly what
+  `deployctl render --format rbac` grants. A sentence naming deployctl's Role (or ClusterRole) says
+  it grants each `` `verb` … on `resource` `` (or a verb and a kind in words: delete ConfigMaps) it
+  names, and that it does not when `not`, `no` or `never` comes right before.
+- A dotted name that starts with a profile section (`engine.port`) is a field path of the profile;
+  a YAML block with profile sections only is a profile (or a piece of one).
+- A clause (up to a `,`, `;`, `:` or `—`) naming a Secret and an environment variable (`HF_TOKEN`)
+  says the pods get that variable from a Secret, or, after a `not`, `no` or `never`, that they don't.
+- "N is vLLM's default" (also "vLLM's default X is N", "vLLM defaults to N") is about the `--flag`
+  the sentence names and the vLLM version it names (else the profile's default version).
 """
 
 from __future__ import annotations
@@ -317,3 +334,89 @@ def anchors(page: Path) -> set[str]:
         seen[slug] = count + 1
         result.add(slug if count == 0 else f"{slug}-{count}")
     return result
+
+
+# --- prose ----------------------------------------------------------------------------------
+
+
+@dataclass
+class Table:
+    page: Path
+    line: int  # 1-based line of the header row
+    header: list[str]  # lower-cased
+    rows: list[list[str]]
+
+
+_SENTENCE_END = re.compile(r"(?<!e\.g\.)(?<!i\.e\.)(?<!etc\.)(?<!vs\.)(?<=[.!?])\s+")
+_CELL_BORDER = re.compile(r"(?<!\\)\|")
+_BREAK = re.compile(r"^\s*(?:[|#]|[-*]\s|\d+\.\s)")  # a table row, heading or list item starts anew
+
+
+def prose(page: Path) -> list[tuple[int, str]]:
+    """(line, text) of every line outside code blocks."""
+    inside: set[int] = set()
+    for block in blocks(page):
+        inside.update(range(block.line - 1, block.line + len(block.lines) + 1))
+    return [(n, line) for n, line in enumerate(page.read_text().splitlines(), start=1) if n not in inside]
+
+
+def sentences(page: Path) -> list[tuple[int, str]]:
+    """(line it starts on, text) of every sentence of running text: no code blocks, headings or tables.
+
+    Lines of a paragraph (or list item) are joined with spaces; a sentence ends at `.`, `!` or `?`
+    before a space (not after e.g., i.e., etc. or vs.): see `split_sentences`.
+    """
+    found: list[tuple[int, str]] = []
+    paragraph: list[tuple[int, str]] = []
+
+    def flush() -> None:
+        text, starts = "", []  # starts: (offset in text, line number) of each joined line
+        for number, line in paragraph:
+            starts.append((len(text), number))
+            text += line.strip() + " "
+        at = 0
+        for sentence in split_sentences(text):
+            at = text.index(sentence, at)
+            found.append((max(n for offset, n in starts if offset <= at), sentence))
+            at += len(sentence)
+        paragraph.clear()
+
+    last = 0
+    for number, line in prose(page):
+        if number != last + 1 or not line.strip() or _BREAK.match(line):
+            flush()
+        if line.strip() and not line.lstrip().startswith(("|", "#")):
+            paragraph.append((number, line))
+        last = number
+    flush()
+    return found
+
+
+def split_sentences(text: str) -> list[str]:
+    """The sentences of a text (a paragraph, a field description), as `sentences` cuts them."""
+    return [s.strip() for s in _SENTENCE_END.split(text) if s.strip()]
+
+
+def clauses(sentence: str) -> list[str]:
+    """A sentence cut at `,`, `;`, `:`, `—` and its end: where a `not` stops applying."""
+    return [c for c in re.split(r"[,;:—]\s+|[.!?]$", sentence) if c.strip()]
+
+
+def tables(page: Path) -> list[Table]:
+    """The Markdown tables of a page, cells stripped (separator row dropped, `\\|` kept in cells)."""
+    found: list[Table] = []
+    current: Table | None = None
+    last = 0
+    for number, line in prose(page):
+        row = line.strip()
+        if not row.startswith("|") or number != last + 1:
+            current = None
+        if row.startswith("|"):
+            cells = [c.strip() for c in _CELL_BORDER.split(row.strip("|"))]
+            if current is None:
+                current = Table(page, number, [c.lower() for c in cells], [])
+                found.append(current)
+            elif not all(re.fullmatch(r":?-+:?", c) for c in cells):
+                current.rows.append(cells)
+        last = number
+    return found

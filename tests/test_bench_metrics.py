@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 import math
+import pathlib
 import re
 from collections.abc import Callable, Sequence
 
@@ -27,7 +28,9 @@ from streamfakes import (
     vllm_steps,
 )
 
-from orchestrator import bench, bench_report, metrics, workload
+from orchestrator import bench, bench_report, errors, metrics, profile, workload
+
+PROD = pathlib.Path(__file__).resolve().parent.parent / "profiles" / "prod-tp4.yaml"
 
 # --------------------------------------------------------------------------- statistics
 
@@ -261,6 +264,65 @@ def test_config_needs_an_end_and_an_http_url() -> None:
     assert bench.BenchConfig(url="http://x:1/", model="m").url == "http://x:1"
 
 
+@pytest.mark.parametrize(
+    "url, base",
+    [
+        ("http://infer:8000", "http://infer:8000"),
+        ("http://infer:8000/", "http://infer:8000"),
+        ("http://infer:8000/v1", "http://infer:8000"),
+        ("http://infer:8000/v1/", "http://infer:8000"),
+        ("https://gw.internal/llm/v1", "https://gw.internal/llm"),
+        ("http://v1", "http://v1"),  # a host called v1 is not a path
+        ("http://infer:8000/v12", "http://infer:8000/v12"),
+    ],
+)
+def test_endpoint_url_drops_an_openai_style_v1(url: str, base: str) -> None:
+    assert bench.endpoint_url(url) == base
+
+
+@pytest.mark.parametrize("url", ["ftp://x", "infer:8000", "http://"])
+def test_endpoint_url_refuses_what_can_never_work(url: str) -> None:
+    with pytest.raises(errors.UsageError, match="URL"):
+        bench.endpoint_url(url)
+
+
+def test_config_for_turns_refused_values_into_usage_errors() -> None:
+    assert bench.config_for("http://x:1/v1", model="m").url == "http://x:1"
+    with pytest.raises(errors.UsageError, match="--model"):
+        bench.config_for("http://x:1", model="")
+    with pytest.raises(errors.UsageError, match="--request-rate must be a finite number"):
+        bench.config_for("http://x:1", model="m", request_rate=math.inf)
+    with pytest.raises(errors.UsageError, match="requests or duration"):
+        bench.config_for("http://x:1", model="m", requests=None)
+
+
+def test_config_from_profile_is_the_profiles_smoke_section() -> None:
+    prof = profile.load(PROD)
+    assert bench.config_from_profile(prof, "http://10.0.0.7:8000") == bench.BenchConfig(
+        url="http://10.0.0.7:8000",
+        model="meta-llama/Meta-Llama-3-70B-Instruct",
+        concurrency=16,
+        requests=64,
+        input_tokens=512,
+        output_tokens=128,
+        warmup=4,
+        duration=600.0,  # timeoutSeconds bounds the whole run
+        timeout=120.0,  # and one request, at most two minutes
+    )
+
+
+def test_config_from_profile_lets_a_short_smoke_bound_one_request_too() -> None:
+    prof = profile.load(PROD)
+    smoke = prof.gate.smoke.model_copy(
+        update={"timeoutSeconds": 45, "warmup": 0, "concurrency": 3, "requests": 20, "inputTokens": 7}
+    )
+    prof = prof.model_copy(update={"gate": prof.gate.model_copy(update={"smoke": smoke})})
+    config = bench.config_from_profile(prof, "http://infer:8000")
+    assert (config.duration, config.timeout) == (45.0, 45.0)
+    assert (config.warmup, config.concurrency, config.requests, config.input_tokens) == (0, 3, 20, 7)
+    assert config.request_rate is None and config.processes is None and config.seed == 0
+
+
 def test_process_count_caps_at_concurrency() -> None:
     assert bench.BenchConfig(url="http://x:1", model="m", concurrency=3, processes=8).process_count() == 3
     assert bench.BenchConfig(url="http://x:1", model="m", concurrency=1).process_count() == 1
@@ -438,9 +500,7 @@ def test_one_bad_request_among_good_ones_counts_in_error_rate() -> None:
 
 def test_refused_warmup_aborts_before_measuring() -> None:
     transport = httpx.MockTransport(raising(httpx.ConnectError("Connection refused")))
-    report = asyncio.run(
-        bench.run_async(config(warmup=2, requests=50), clock=FakeClock(), transport=transport)
-    )
+    report = asyncio.run(bench.run_async(config(warmup=2, requests=50), clock=FakeClock(), transport=transport))
     assert report.aborted is not None and "all 2 warm-up requests failed" in report.aborted
     assert report.completed == 0 and report.failed == 0
     assert report.measurement_problem() == report.aborted
@@ -453,6 +513,37 @@ def test_mostly_refused_requests_are_a_measurement_problem() -> None:
     assert problem is not None and "4 of 4 requests could not connect" in problem
 
 
+def test_a_run_fails_as_a_smoke_test_when_nothing_was_measured() -> None:
+    transport = httpx.MockTransport(raising(httpx.ConnectError("Connection refused")))
+    aborted = asyncio.run(bench.run_async(config(warmup=2), clock=FakeClock(), transport=transport))
+    reason = aborted.failure_reason(max_error_rate=1.0)
+    assert reason is not None and reason.startswith("nothing was measured: all 2 warm-up requests failed")
+
+
+def test_a_run_where_no_request_completed_fails_whatever_the_error_rate_limit() -> None:
+    transport = httpx.MockTransport(lambda _: httpx.Response(404, json={"message": "The model `m` does not exist."}))
+    report = asyncio.run(bench.run_async(config(requests=2), clock=FakeClock(), transport=transport))
+    reason = report.failure_reason(max_error_rate=1.0)
+    assert reason is not None
+    assert reason.startswith("no request completed: 2 requests failed (http_status 2), e.g. ")
+    assert "HTTP 404" in reason and "\n" not in reason
+
+
+def test_a_run_fails_when_its_error_rate_is_above_the_limit() -> None:
+    def respond(request: httpx.Request) -> Sequence[Step]:
+        content = str(json.loads(request.content)["messages"][0]["content"])
+        if content.startswith("r1-1 "):
+            return [0.1, token_event(), event({"error": "overloaded"}), DONE_EVENT]
+        return vllm_steps(0.1, 0.02, 4)
+
+    report = run(config(requests=4), respond)
+    reason = report.failure_reason(max_error_rate=0.0)
+    assert reason is not None and "error rate 0.2500 is above --max-error-rate 0: 1 of 4 requests failed" in reason
+    assert "stream_error 1" in reason and "overloaded" in reason
+    assert report.failure_reason(max_error_rate=0.25) is None
+    assert run(config(), lambda _: vllm_steps(0.1, 0.02, 4)).failure_reason(max_error_rate=0.0) is None
+
+
 def test_duration_stops_sending_new_requests() -> None:
     report = run(config(requests=None, duration=0.3), lambda _: vllm_steps(0.1, 0.02, 4))
     # Requests start at 0 and 0.16 s; at 0.32 s the 0.3 s budget is spent, so no third one.
@@ -461,9 +552,7 @@ def test_duration_stops_sending_new_requests() -> None:
 
 
 def test_open_loop_sends_every_arrival_and_respects_the_cap() -> None:
-    transport = httpx.MockTransport(
-        lambda _: httpx.Response(200, stream=Script(FakeClock(), vllm_steps(0.0, 0.0, 4)))
-    )
+    transport = httpx.MockTransport(lambda _: httpx.Response(200, stream=Script(FakeClock(), vllm_steps(0.0, 0.0, 4))))
     cfg = config(requests=6, concurrency=2, request_rate=500.0)
     report = asyncio.run(bench.run_async(cfg, transport=transport))
     assert report.completed == 6 and report.max_concurrent_requests <= 2
@@ -495,6 +584,13 @@ def test_save_writes_json_and_html_side_by_side(tmp_path: object) -> None:
     json_path, html_path = bench.save(report, f"{tmp_path}/out/bench.json")
     assert bench.BenchReport.from_json(json_path.read_text()).completed == 3
     assert html_path.suffix == ".html" and "<svg" in html_path.read_text()
+
+
+def test_save_to_a_path_that_cannot_be_written_is_a_usage_error(tmp_path: pathlib.Path) -> None:
+    report = run(config(), lambda _: vllm_steps(0.1, 0.02, 4))
+    (tmp_path / "file").write_text("")
+    with pytest.raises(errors.UsageError, match="cannot write the benchmark report"):
+        bench.save(report, tmp_path / "file" / "bench.json")
 
 
 def test_html_of_a_run_without_completions_says_so() -> None:

@@ -14,9 +14,7 @@ def test_catalog_lists_the_architectures_and_gpus_the_profile_validator_accepts(
     assert catalog.architecture_keys() == sorted(
         ["llama-3-70b", "llama-3-8b", "llama-2-70b", "llama-3.1-405b", "mixtral-8x7b", "qwen2.5-72b"]
     )
-    assert {"A100-40GB", "A100-80GB", "H100-80GB", "H100-NVL", "H200", "L40S", "A10"} <= set(
-        catalog.gpu_keys()
-    )
+    assert {"A100-40GB", "A100-80GB", "H100-80GB", "H100-NVL", "H200", "L40S", "A10"} <= set(catalog.gpu_keys())
     assert catalog.gpu_keys() == sorted(catalog.gpu_keys())
 
 

@@ -17,7 +17,13 @@ import pytest
 import yaml
 from pydantic import BaseModel
 
-from orchestrator import profile, render
+from orchestrator import planner, profile, render
+
+
+def _rendered(prof: profile.Profile, strategy: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+    """The objects of ``prof``, rendered with its own plan as every command does."""
+    return render.render(prof, planner.plan(prof), strategy)
+
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 CHART = ROOT / "charts" / "vllm-inference"
@@ -46,10 +52,8 @@ def _run(*args: str | pathlib.Path) -> str:
 
 def _helm_template(helm: pathlib.Path, prof: profile.Profile, tmp: pathlib.Path) -> list[dict[str, Any]]:
     values = tmp / f"{prof.metadata.name}.values.yaml"
-    values.write_text(yaml.safe_dump(render.helm_values(prof)), encoding="utf-8")
-    out = _run(
-        helm, "template", prof.metadata.name, CHART, "--namespace", prof.metadata.namespace, "-f", values
-    )
+    values.write_text(yaml.safe_dump(render.helm_values(prof, planner.plan(prof))), encoding="utf-8")
+    out = _run(helm, "template", prof.metadata.name, CHART, "--namespace", prof.metadata.namespace, "-f", values)
     return [doc for doc in yaml.safe_load_all(out) if doc]
 
 
@@ -57,9 +61,7 @@ def _helm_template(helm: pathlib.Path, prof: profile.Profile, tmp: pathlib.Path)
 
 
 def test_committed_schema_is_what_the_generator_writes_now() -> None:
-    spec = importlib.util.spec_from_file_location(
-        "gen_chart_schema", ROOT / "scripts" / "gen_chart_schema.py"
-    )
+    spec = importlib.util.spec_from_file_location("gen_chart_schema", ROOT / "scripts" / "gen_chart_schema.py")
     assert spec and spec.loader
     generator = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(generator)
@@ -121,20 +123,20 @@ def test_chart_app_version_is_the_default_vllm_version() -> None:
 
 @pytest.mark.parametrize("path", PROFILES, ids=lambda p: p.stem)
 def test_helm_values_of_every_profile_are_valid_chart_values(path: pathlib.Path) -> None:
-    values = render.helm_values(profile.load(path))
+    values = render.helm_values(profile.load(path), planner.plan(profile.load(path)))
     assert render.Values.model_validate(values).model_dump(mode="json") == values
 
 
 # --- with the helm binary --------------------------------------------------------------------------
 
 
-def test_helm_lint_passes_with_defaults_and_with_every_profile(
-    helm: pathlib.Path, tmp_path: pathlib.Path
-) -> None:
+def test_helm_lint_passes_with_defaults_and_with_every_profile(helm: pathlib.Path, tmp_path: pathlib.Path) -> None:
     _run(helm, "lint", "--strict", CHART)
     for path in PROFILES:
         values = tmp_path / f"{path.stem}.yaml"
-        values.write_text(yaml.safe_dump(render.helm_values(profile.load(path))), encoding="utf-8")
+        values.write_text(
+            yaml.safe_dump(render.helm_values(profile.load(path), planner.plan(profile.load(path)))), encoding="utf-8"
+        )
         _run(helm, "lint", "--strict", CHART, "-f", values)
 
 
@@ -143,10 +145,8 @@ def test_helm_template_equals_the_jinja2_render_object_by_object(
     helm: pathlib.Path, tmp_path: pathlib.Path, path: pathlib.Path
 ) -> None:
     prof = profile.load(path)
-    from_helm = [
-        o for o in _helm_template(helm, prof, tmp_path) if HOOK not in o["metadata"].get("annotations", {})
-    ]
-    ours = render.render(prof)
+    from_helm = [o for o in _helm_template(helm, prof, tmp_path) if HOOK not in o["metadata"].get("annotations", {})]
+    ours = _rendered(prof)
     assert sorted(map(_key, from_helm)) == sorted(map(_key, ours))
     by_key = {_key(o): o for o in from_helm}
     for obj in ours:
@@ -159,17 +159,13 @@ def _key(obj: dict[str, Any]) -> tuple[str, str]:
 
 def test_helm_test_hook_checks_health_through_the_service(helm: pathlib.Path, tmp_path: pathlib.Path) -> None:
     prof = profile.load(PROFILES[0])
-    hooks = [
-        o for o in _helm_template(helm, prof, tmp_path) if o["metadata"].get("annotations", {}).get(HOOK)
-    ]
+    hooks = [o for o in _helm_template(helm, prof, tmp_path) if o["metadata"].get("annotations", {}).get(HOOK)]
     assert len(hooks) == 1
     pod = hooks[0]
     assert pod["kind"] == "Pod" and pod["metadata"]["annotations"][HOOK] == "test"
     name, port = prof.metadata.name, prof.engine.port
     assert pod["spec"]["containers"][0]["command"][-1] == f"http://{name}:{port}/health"
     assert pod["spec"]["containers"][0]["image"] == prof.engine.image
-    selector = render.render(prof)[-1]["spec"]["selector"]["matchLabels"]
-    assert not selector.items() <= pod["metadata"]["labels"].items(), (
-        "the Service must not route to the test pod"
-    )
+    selector = _rendered(prof)[-1]["spec"]["selector"]["matchLabels"]
+    assert not selector.items() <= pod["metadata"]["labels"].items(), "the Service must not route to the test pod"
     assert pod["spec"]["securityContext"]["runAsNonRoot"] is True

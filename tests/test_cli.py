@@ -16,7 +16,8 @@ import click.testing
 import pytest
 import yaml
 
-from orchestrator import bench, cli, errors, pipeline, profile, render, views
+from orchestrator import cli, errors, gate, gitops, pipeline, planner, profile, render, views
+from orchestrator import outcome as outcome_mod
 from orchestrator.errors import ExitCode
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
@@ -58,16 +59,24 @@ class Recorder:
         return found[0]
 
 
-def outcome(exit_code: ExitCode = ExitCode.OK, result: str = "deployed") -> pipeline.Outcome:
+PASSED_GATE = gate.GateReport(
+    gate.Verdict.PASS,
+    tuple(gate.Check(f"check{i}", "<=1", 0.5, gate.Verdict.PASS, "ok") for i in range(5)),
+    {},
+    {},
+)
+
+
+def outcome(result: outcome_mod.Result = "deployed", failure: outcome_mod.Failure | None = None) -> pipeline.Outcome:
     return pipeline.Outcome(
         result,
         "llama3-8b-dev",
         "inference-dev",
-        exit_code,
         "revision 1 of llama3-8b-dev is deployed (install)",
         revision=1,
+        failure=failure,
         timings={"apply": 0.5},
-        gate={"verdict": "pass", "summary": "pass: all 5 checks passed"},
+        gate=PASSED_GATE,
         warnings=["a warning"],
     )
 
@@ -149,9 +158,9 @@ def test_a_command_line_option_beats_its_environment_variable(fake_apply: Record
     assert fake_apply.options.lock_ttl == 90
 
 
-def test_gate_passes_its_options_to_gate_only(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_gate_passes_its_options_to_the_gitops_gate(monkeypatch: pytest.MonkeyPatch) -> None:
     recorder = Recorder(outcome())
-    monkeypatch.setattr(pipeline, "gate_only", recorder)
+    monkeypatch.setattr(gitops, "gate", recorder)
     result = run(
         "gate",
         str(DEV),
@@ -263,61 +272,6 @@ def test_audit_verify_without_a_release_or_a_file_is_a_usage_error() -> None:
     assert "--file" in result.stderr
 
 
-def test_bench_options_become_the_bench_config(monkeypatch: pytest.MonkeyPatch) -> None:
-    class Report:  # BenchReport.to_json() is already the JSON text
-        def to_json(self) -> str:
-            return json.dumps({"completed": 8}, indent=2)
-
-    recorder = Recorder(Report())
-    monkeypatch.setattr(bench, "run", recorder)
-    result = run(
-        "bench",
-        "--url",
-        "http://infer:8000/",
-        "--model",
-        "m",
-        "--concurrency",
-        "8",
-        "--requests",
-        "32",
-        "--input-tokens",
-        "100",
-        "--output-tokens",
-        "20",
-        "--warmup",
-        "2",
-        "--request-rate",
-        "4",
-        "--burstiness",
-        "0.5",
-        "--seed",
-        "7",
-        "--timeout",
-        "30",
-        "--output",
-        "json",
-    )
-    assert result.exit_code == 0, result.output
-    (config,) = recorder.calls[0]
-    assert config == bench.BenchConfig(
-        url="http://infer:8000",
-        model="m",
-        concurrency=8,
-        requests=32,
-        input_tokens=100,
-        output_tokens=20,
-        warmup=2,
-        request_rate=4.0,
-        burstiness=0.5,
-        seed=7,
-        timeout=30.0,
-    )
-    assert json.loads(result.stdout) == {"completed": 8}  # an object, not a JSON string of one
-
-
-# --- output --------------------------------------------------------------------------------
-
-
 def test_apply_output_json_prints_exactly_one_json_object_on_stdout(fake_apply: Recorder) -> None:
     result = run("apply", str(DEV), "--output", "json")
     assert result.exit_code == 0, result.output
@@ -337,7 +291,11 @@ def test_apply_text_output_says_result_gate_timings_and_warnings(fake_apply: Rec
 
 
 def test_a_failed_outcome_exits_with_its_code(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(pipeline, "apply", Recorder(outcome(ExitCode.GATE_FAILED_ROLLED_BACK, "rolled_back")))
+    monkeypatch.setattr(
+        pipeline,
+        "apply",
+        Recorder(outcome("rolled_back", outcome_mod.Failure("slo_failed", "p95_ttft_ms missed", "smoke"))),
+    )
     result = run("apply", str(DEV), "--output", "json")
     assert result.exit_code == 6
     assert json.loads(result.stdout)["exit_code"] == 6
@@ -505,7 +463,7 @@ def test_render_helm_values_are_the_libraries_values_for_the_chart(tmp_path: pat
     result = run("render", str(PROD), "--format", "helm-values")
     assert result.exit_code == 0, result.output
     values = yaml.safe_load(result.stdout)
-    assert values == json.loads(json.dumps(render.helm_values(profile.load(PROD))))
+    assert values == json.loads(json.dumps(render.helm_values(profile.load(PROD), planner.plan(profile.load(PROD)))))
     chart_keys = set(yaml.safe_load((ROOT / "charts" / "vllm-inference" / "values.yaml").read_text()))
     assert set(values) <= chart_keys
     assert values["fullnameOverride"] == "llama3-70b"

@@ -171,9 +171,7 @@ def test_refused_or_stalled_servers_are_errors_not_failures() -> None:
 
 
 def test_a_few_timeouts_among_answers_count_as_errors_of_the_server() -> None:
-    result = gate.evaluate(
-        report(completed=250, failed=6, error_rate=6 / 256, failures={"timeout": 6}), SLO, 16
-    )
+    result = gate.evaluate(report(completed=250, failed=6, error_rate=6 / 256, failures={"timeout": 6}), SLO, 16)
     assert result.verdict is gate.Verdict.FAIL
     assert row(result, "error_rate").verdict is gate.Verdict.FAIL
 
@@ -257,9 +255,7 @@ def test_json_has_what_the_release_record_needs() -> None:
     assert data["verdict"] == "fail" and data["summary"].startswith("fail:")
     assert data["metrics"]["p95_ttft_ms"] == 1600.0
     assert data["bench"]["run_id"] == "abcd" and data["bench"]["config"]["concurrency"] == 64
-    assert {"metric", "condition", "measured", "verdict", "reason", "previous", "delta_pct"} == set(
-        data["checks"][0]
-    )
+    assert {"metric", "condition", "measured", "verdict", "reason", "previous", "delta_pct"} == set(data["checks"][0])
     assert "ttfts_ms" not in data["bench"]  # per-request samples stay out of the release record
 
 

@@ -195,8 +195,6 @@ def test_served_models_raises_unreachable_for_a_refused_connection() -> None:
 def test_a_server_that_compresses_anyway_is_decoded() -> None:
     body = gzip.compress(token_event("a") + DONE_EVENT)
     transport = httpx.MockTransport(
-        lambda _: httpx.Response(
-            200, headers={"content-encoding": "gzip"}, stream=Script(FakeClock(), [body])
-        )
+        lambda _: httpx.Response(200, headers={"content-encoding": "gzip"}, stream=Script(FakeClock(), [body]))
     )
     assert b"".join(chunk for _, chunk in collect(client_for(transport))) == token_event("a") + DONE_EVENT

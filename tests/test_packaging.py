@@ -22,33 +22,62 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 def installed(tmp_path_factory: pytest.TempPathFactory) -> pathlib.Path:
     wheel_dir = tmp_path_factory.mktemp("wheel")
     subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation", "-w", str(wheel_dir),
-         str(ROOT)],
-        check=True, capture_output=True,
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--quiet",
+            "--no-deps",
+            "--no-build-isolation",
+            "-w",
+            str(wheel_dir),
+            str(ROOT),
+        ],
+        check=True,
+        capture_output=True,
     )
     wheel = next(wheel_dir.glob("deployctl-*.whl"))
     names = zipfile.ZipFile(wheel).namelist()
-    for expected in ("orchestrator/manifests/deployment.yaml.j2", "orchestrator/manifests/rbac/deployctl.yaml.j2",
-                     "orchestrator/data/gpus.yaml", "orchestrator/data/models/llama-3-70b.json",
-                     "orchestrator/data/vllm_flags/0.33.0.json", "orchestrator/kube/client.py"):
+    for expected in (
+        "orchestrator/manifests/deployment.yaml.j2",
+        "orchestrator/manifests/rbac/deployctl.yaml.j2",
+        "orchestrator/data/gpus.yaml",
+        "orchestrator/data/models/llama-3-70b.json",
+        "orchestrator/data/vllm_flags/0.33.0.json",
+        "orchestrator/kube/client.py",
+    ):
         assert expected in names, f"{expected} is missing from the wheel"
     target = tmp_path_factory.mktemp("site")
-    subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--target", str(target),
-                    str(wheel)], check=True, capture_output=True)
+    subprocess.run(
+        [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--target", str(target), str(wheel)],
+        check=True,
+        capture_output=True,
+    )
     return target
 
 
 def _deployctl(target: pathlib.Path, cwd: pathlib.Path, *args: str) -> subprocess.CompletedProcess[str]:
     code = f"import sys; sys.argv = ['deployctl', *{list(args)!r}]; from orchestrator.cli import main; main()"
-    return subprocess.run([sys.executable, "-c", code], cwd=cwd, capture_output=True, text=True,
-                          env={"PYTHONPATH": str(target), "PATH": "/usr/bin:/bin"})
+    return subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        env={"PYTHONPATH": str(target), "PATH": "/usr/bin:/bin"},
+    )
 
 
 def test_installed_wheel_validates_plans_and_renders_outside_the_repo(
     installed: pathlib.Path, tmp_path: pathlib.Path
 ) -> None:
-    probe = subprocess.run([sys.executable, "-c", "import orchestrator; print(orchestrator.__file__)"],
-                           env={"PYTHONPATH": str(installed)}, capture_output=True, text=True, cwd=tmp_path)
+    probe = subprocess.run(
+        [sys.executable, "-c", "import orchestrator; print(orchestrator.__file__)"],
+        env={"PYTHONPATH": str(installed)},
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+    )
     assert probe.stdout.startswith(str(installed)), "the test must exercise the installed copy"
     profile = str(ROOT / "profiles" / "prod-tp4.yaml")
     assert _deployctl(installed, tmp_path, "validate", profile).returncode == 0
@@ -57,6 +86,7 @@ def test_installed_wheel_validates_plans_and_renders_outside_the_repo(
     assert json.loads(plan.stdout)["kv_bytes_per_token_per_gpu"] == 40960
     rendered = _deployctl(installed, tmp_path, "render", profile)
     assert rendered.returncode == 0, rendered.stderr
-    in_repo = subprocess.run([sys.executable, "-m", "orchestrator.cli", "render", profile],
-                             capture_output=True, text=True, cwd=ROOT)
+    in_repo = subprocess.run(
+        [sys.executable, "-m", "orchestrator.cli", "render", profile], capture_output=True, text=True, cwd=ROOT
+    )
     assert rendered.stdout == in_repo.stdout

@@ -246,9 +246,7 @@ def test_tokens_are_whole_16_token_blocks() -> None:
     plan = planner.plan(make_profile(architecture="llama-3-8b"))
     assert plan.kv_cache_tokens % 16 == 0
     assert plan.kv_cache_tokens == plan.kv_cache_blocks * 16
-    assert plan.kv_cache_blocks == int(
-        plan.kv_cache_gib_per_gpu * GIB // (16 * plan.kv_bytes_per_token_per_gpu)
-    )
+    assert plan.kv_cache_blocks == int(plan.kv_cache_gib_per_gpu * GIB // (16 * plan.kv_bytes_per_token_per_gpu))
 
 
 def test_concurrency_counts_whole_blocks_per_request_like_vllm() -> None:
@@ -299,9 +297,7 @@ def test_cuda_graph_memory_is_reserved_from_vllm_0_21_and_not_with_enforce_eager
         (None, 180.0, 16384),
     ],
 )
-def test_default_batched_tokens_follow_vllm_by_gpu(
-    gpu: str | None, memory_gib: float | None, expected: int
-) -> None:
+def test_default_batched_tokens_follow_vllm_by_gpu(gpu: str | None, memory_gib: float | None, expected: int) -> None:
     plan = planner.plan(make_profile(architecture="llama-3-8b", gpu=gpu, memory_gib=memory_gib))
     assert plan.inputs["max_num_batched_tokens"] == expected
 
@@ -315,9 +311,7 @@ def test_memory_split_adds_up_to_the_total() -> None:
 
 def test_memory_override_and_fp8_override_replace_the_catalog() -> None:
     plan = planner.plan(
-        make_profile(
-            architecture="llama-3-8b", gpu="A100-80GB", memory_gib=40.0, fp8=True, kv_cache_dtype="fp8"
-        )
+        make_profile(architecture="llama-3-8b", gpu="A100-80GB", memory_gib=40.0, fp8=True, kv_cache_dtype="fp8")
     )
     assert plan.memory.total_gib == 40.0
     assert "fp8-kv-without-native-fp8" not in codes(plan)
@@ -371,9 +365,7 @@ def test_plan_json_has_the_documented_keys() -> None:
 def test_more_utilization_never_means_fewer_tokens(tp: int, low: float, step: float, fp8: bool) -> None:
     kv = "fp8" if fp8 else "auto"
     a = planner.plan(make_profile(architecture="llama-3-70b", tp=tp, utilization=low, kv_cache_dtype=kv))
-    b = planner.plan(
-        make_profile(architecture="llama-3-70b", tp=tp, utilization=low + step, kv_cache_dtype=kv)
-    )
+    b = planner.plan(make_profile(architecture="llama-3-70b", tp=tp, utilization=low + step, kv_cache_dtype=kv))
     assert b.kv_cache_tokens >= a.kv_cache_tokens
     assert a.kv_cache_tokens % 16 == 0
 
@@ -425,9 +417,7 @@ def test_kv_too_small_for_one_sequence_is_an_error_with_a_fix() -> None:
 
 def test_kv_too_small_suggests_fp8_and_a_shorter_context_when_they_help() -> None:
     plan = planner.plan(
-        make_profile(
-            architecture="llama-3-70b", gpu="A100-80GB", tp=2, max_model_len=8192, utilization=0.8924
-        )
+        make_profile(architecture="llama-3-70b", gpu="A100-80GB", tp=2, max_model_len=8192, utilization=0.8924)
     )
     f = codes(plan)["kv-too-small"]
     assert "kvCacheDtype fp8" in f.message and "maxModelLen ≤" in f.message
@@ -442,29 +432,21 @@ def test_max_num_seqs_above_full_context_capacity_warns_with_fp8_and_shorter_con
 
 
 def test_tp_times_pp_above_gpus_per_node_is_an_error() -> None:
-    f = codes(planner.plan(make_profile(architecture="llama-3-70b", tp=4, pp=2, gpus_per_node=4)))[
-        "exceeds-node"
-    ]
+    f = codes(planner.plan(make_profile(architecture="llama-3-70b", tp=4, pp=2, gpus_per_node=4)))["exceeds-node"]
     assert f.severity == "error" and "8 GPUs" in f.message
 
 
 def test_tp_above_two_over_pcie_warns() -> None:
-    assert "tp-over-pcie" in codes(
-        planner.plan(make_profile(architecture="llama-3-70b", tp=4, interconnect="pcie"))
-    )
-    assert "tp-over-pcie" not in codes(
-        planner.plan(make_profile(architecture="llama-3-8b", tp=2, interconnect="pcie"))
-    )
+    assert "tp-over-pcie" in codes(planner.plan(make_profile(architecture="llama-3-70b", tp=4, interconnect="pcie")))
+    assert "tp-over-pcie" not in codes(planner.plan(make_profile(architecture="llama-3-8b", tp=2, interconnect="pcie")))
 
 
 def test_fp8_kv_on_ampere_warns_and_says_how_vllm_runs_it() -> None:
-    f = codes(
-        planner.plan(make_profile(architecture="llama-3-70b", gpu="A100-80GB", tp=4, kv_cache_dtype="fp8"))
-    )["fp8-kv-without-native-fp8"]
+    f = codes(planner.plan(make_profile(architecture="llama-3-70b", gpu="A100-80GB", tp=4, kv_cache_dtype="fp8")))[
+        "fp8-kv-without-native-fp8"
+    ]
     assert f.severity == "warning" and "FlashInfer or Triton" in f.message
-    hopper = planner.plan(
-        make_profile(architecture="llama-3-70b", gpu="H100-80GB", tp=4, kv_cache_dtype="fp8")
-    )
+    hopper = planner.plan(make_profile(architecture="llama-3-70b", gpu="H100-80GB", tp=4, kv_cache_dtype="fp8"))
     assert "fp8-kv-without-native-fp8" not in codes(hopper)
 
 

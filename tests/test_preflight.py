@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from orchestrator import errors, preflight, profile
+from orchestrator import conventions, errors, preflight, profile
 
 NAMESPACE = "inference"
 RELEASE = "llama3-70b"
@@ -61,9 +61,7 @@ def node(
         all_labels["deployctl.dev/nvlink"] = "true" if nvlink else "false"
     if unschedulable:
         spec["unschedulable"] = True
-        spec.setdefault("taints", []).append(
-            {"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule"}
-        )
+        spec.setdefault("taints", []).append({"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule"})
     return {
         "metadata": {"name": name, "labels": all_labels},
         "spec": spec,
@@ -173,9 +171,7 @@ def test_product_is_not_checked_when_match_gpu_product_is_off() -> None:
 
 
 def test_gpu_taint_not_tolerated_excludes_every_gpu_node_and_names_the_taint() -> None:
-    result = preflight.check(
-        make_profile(placement={"tolerations": []}), cluster(), [], deployment_exists=False
-    )
+    result = preflight.check(make_profile(placement={"tolerations": []}), cluster(), [], deployment_exists=False)
 
     assert result.eligible_nodes == []
     assert report(result, "gpu-a100-nvl-0").reasons == (
@@ -273,9 +269,7 @@ def test_single_replica_upgrade_without_a_spare_slot_is_refused_as_downtime() ->
     assert "rollout.replicas: 2 or more" in result.refusal
 
 
-def test_single_replica_upgrade_without_a_spare_slot_proceeds_with_a_warning_when_downtime_is_allowed() -> (
-    None
-):
+def test_single_replica_upgrade_without_a_spare_slot_proceeds_with_a_warning_when_downtime_is_allowed() -> None:
     pods = [own("gpu-a100-nvl-0"), other("gpu-a100-nvl-1")]
 
     result = preflight.check(make_profile(rollout={"allowDowntime": True}), cluster(), pods, True)
@@ -294,9 +288,7 @@ def test_forced_surge_without_room_is_refused_because_the_surge_pod_would_stay_p
 
 
 def test_forced_no_surge_with_one_replica_is_downtime_even_with_room() -> None:
-    result = preflight.check(
-        make_profile(rollout={"strategy": "no-surge"}), cluster(), [own("gpu-a100-nvl-0")], True
-    )
+    result = preflight.check(make_profile(rollout={"strategy": "no-surge"}), cluster(), [own("gpu-a100-nvl-0")], True)
 
     assert result.downtime is True
     assert result.refusal is not None
@@ -304,9 +296,7 @@ def test_forced_no_surge_with_one_replica_is_downtime_even_with_room() -> None:
 
 
 def test_recreate_on_upgrade_needs_allow_downtime() -> None:
-    refused = preflight.check(
-        make_profile(rollout={"strategy": "recreate"}), cluster(), [own("gpu-a100-nvl-0")], True
-    )
+    refused = preflight.check(make_profile(rollout={"strategy": "recreate"}), cluster(), [own("gpu-a100-nvl-0")], True)
     allowed = preflight.check(
         make_profile(rollout={"strategy": "recreate", "allowDowntime": True}),
         cluster(),
@@ -392,7 +382,7 @@ def test_init_containers_count_at_their_peak_and_sidecars_alongside_the_containe
     [("4", 4), (8, 8), ("2k", 2000), ("1Ki", 1024), ("1500m", 1.5), ("2e3", 2000), ("1E", 10**18)],
 )
 def test_kubernetes_quantities_parse(text: object, value: float) -> None:
-    assert preflight.parse_quantity(text) == pytest.approx(value)
+    assert conventions.parse_quantity(text) == pytest.approx(value)
 
 
 def test_a_malformed_gpu_quantity_is_a_cluster_error_naming_the_node() -> None:

@@ -56,9 +56,7 @@ class FakeKube:
             hook, self.before_create = self.before_create, None
             hook(obj)
         if self._key(obj) in self.objects:
-            raise errors.Conflict(
-                f"create {obj['kind']} {obj['metadata']['name']}: conflict (already exists)"
-            )
+            raise errors.Conflict(f"create {obj['kind']} {obj['metadata']['name']}: conflict (already exists)")
         self.creates += 1
         self.objects[self._key(obj)] = copy.deepcopy(obj)
         return copy.deepcopy(obj)
@@ -104,7 +102,7 @@ def record(
         gate=gate,
         failure=failure,
         rollback_of=rollback_of,
-        model={"name": "meta-llama/Meta-Llama-3-70B-Instruct", "revision": "abc123"},
+        model=releases.ModelRef(name="meta-llama/Meta-Llama-3-70B-Instruct", revision="abc123"),
         image=f"registry.internal/vllm/vllm-openai:{tag}",
         profile_hash=f"sha256:{tag}",
         actor=actor or {"user": "alice", "ci": {}},
@@ -180,9 +178,7 @@ def test_record_configmap_is_immutable_labelled_and_annotated_with_the_hash_of_i
     }
     assert cm["immutable"] is True
     text = cm["data"]["record.json"].encode()
-    assert (
-        cm["metadata"]["annotations"]["deployctl.dev/record-sha256"] == releases.sha256(text) == stored.hash
-    )
+    assert cm["metadata"]["annotations"]["deployctl.dev/record-sha256"] == releases.sha256(text) == stored.hash
     assert text == json.dumps(json.loads(text), sort_keys=True, separators=(",", ":")).encode()
     assert gzip.decompress(base64.b64decode(cm["binaryData"]["manifests.yaml.gz"])) == manifests("v1")
     body = json.loads(text)
@@ -351,9 +347,7 @@ def test_rollback_after_a_failed_upgrade_that_was_not_rolled_back_restores_the_l
 
 def test_a_failed_install_has_no_live_release_and_nothing_to_roll_back_to() -> None:
     kube = FakeKube()
-    record(
-        kube, "A", outcome="failed", description="install", failure={"class": "RolloutFailed", "message": "x"}
-    )
+    record(kube, "A", outcome="failed", description="install", failure={"class": "RolloutFailed", "message": "x"})
     records = history(kube)
 
     assert releases.status_of(records) == {1: "failed"}
@@ -391,7 +385,30 @@ def test_history_summaries_carry_status_and_who_and_what() -> None:
         "profile_hash": "sha256:B",
         "image": "registry.internal/vllm/vllm-openai:B",
         "gate": None,
+        "planner": {"kv_tokens_planned": None, "kv_tokens_observed": None, "load_seconds": None},
     }
+
+
+def test_start_up_observations_are_stored_beside_the_plan_and_old_records_keep_their_hash() -> None:
+    kube = FakeKube()
+    older = record(kube, "v1")
+    assert "observed" not in json.loads(older.record_json())  # a record without them hashes as before
+    seen = [
+        {"pod": "p-1", "device": "GPU", "kv_cache_tokens": 130000, "max_model_len": 8192, "max_concurrency": 15.87,
+         "weights_gib": 32.9, "load_seconds": 41.5},
+        {"pod": "p-2", "device": "GPU", "kv_cache_tokens": 125000, "max_model_len": 8192, "max_concurrency": 15.26,
+         "weights_gib": 32.9, "load_seconds": 44.0},
+    ]  # fmt: skip
+    newer = releases.append(
+        kube, RELEASE, NS, outcome="deployed", description="upgrade", manifests=manifests("v2"),
+        profile_text="p", plan={"kv_cache_tokens": 120000}, gate=None, failure=None, rollback_of=None,
+        model=older.model, image="i", profile_hash="h", actor={"user": "alice", "ci": {}}, observed=seen, now=NOW,
+    )  # fmt: skip
+    stored = history(kube)
+    assert stored[1].observed == seen and stored[1].hash == newer.hash == stored[1].computed_hash()
+    assert stored[0].hash == older.hash == stored[0].computed_hash()
+    expected = {"kv_tokens_planned": 120000, "kv_tokens_observed": 125000, "load_seconds": 44.0}
+    assert stored[1].planner_check() == expected
 
 
 # -- verifying the chain ---------------------------------------------------------------------------

@@ -16,7 +16,13 @@ import jinja2
 import pytest
 import yaml
 
-from orchestrator import profile, render, vllm_flags
+from orchestrator import planner, profile, render, vllm_flags
+
+
+def _rendered(prof: profile.Profile, strategy: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+    """The objects of ``prof``, rendered with its own plan as every command does."""
+    return render.render(prof, planner.plan(prof), strategy)
+
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 GOLDEN = ROOT / "tests" / "golden"
@@ -81,7 +87,7 @@ DEV = ROOT / "profiles" / "dev-tp2.yaml"
 @pytest.mark.parametrize("path", [*EXAMPLES, EVERY_OPTION], ids=lambda p: p.stem)
 def test_every_profile_renders_namespaced_labelled_objects_in_apply_order(path: pathlib.Path) -> None:
     prof = _load(path)
-    objects = render.render(prof)
+    objects = _rendered(prof)
     kinds = [o["kind"] for o in objects]
     expected = ["ServiceAccount", "NetworkPolicy", "Service", "PodDisruptionBudget", "Deployment"]
     assert kinds == [k for k in expected if k != "NetworkPolicy" or prof.airgap.denyEgress]
@@ -97,7 +103,7 @@ def test_every_profile_renders_namespaced_labelled_objects_in_apply_order(path: 
 @pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.stem)
 def test_every_example_profile_is_air_gapped(path: pathlib.Path) -> None:
     prof = _load(path)
-    objects = render.render(prof)
+    objects = _rendered(prof)
     env = _env(objects)
     assert {name: env.get(name) for name in render.OFFLINE_ENV} == dict.fromkeys(render.OFFLINE_ENV, "1")
     assert DIGEST.search(_container(objects)["image"]), "images are pinned by digest"
@@ -108,16 +114,14 @@ def test_every_example_profile_is_air_gapped(path: pathlib.Path) -> None:
     assert dns["ports"] == [{"port": 53, "protocol": "UDP"}, {"port": 53, "protocol": "TCP"}]
     assert dns["to"][0]["podSelector"] == {"matchLabels": {"k8s-app": "kube-dns"}}
     assert [rule["to"] for rule in others] == (
-        [[{"ipBlock": {"cidr": c}} for c in prof.airgap.allowEgressCIDRs]]
-        if prof.airgap.allowEgressCIDRs
-        else []
+        [[{"ipBlock": {"cidr": c}} for c in prof.airgap.allowEgressCIDRs]] if prof.airgap.allowEgressCIDRs else []
     )
     assert policy["ingress"] == [{"ports": [{"port": prof.engine.port, "protocol": "TCP"}]}]
 
 
 @pytest.mark.parametrize("path", [*EXAMPLES, EVERY_OPTION], ids=lambda p: p.stem)
 def test_rendered_yaml_matches_the_reviewed_golden_file(path: pathlib.Path) -> None:
-    text = render.to_yaml(render.render(_load(path)))
+    text = render.to_yaml(_rendered(_load(path)))
     golden = GOLDEN / (path.name.removesuffix(".profile.yaml").removesuffix(".yaml") + ".yaml")
     if os.environ.get("DEPLOYCTL_UPDATE_GOLDEN"):
         golden.write_text(text, encoding="utf-8")
@@ -125,22 +129,22 @@ def test_rendered_yaml_matches_the_reviewed_golden_file(path: pathlib.Path) -> N
 
 
 def test_same_profile_renders_the_same_bytes_whatever_the_key_order() -> None:
-    first = render.to_yaml(render.render(_load(EVERY_OPTION)))
-    assert render.to_yaml(render.render(_load(EVERY_OPTION))) == first
+    first = render.to_yaml(_rendered(_load(EVERY_OPTION)))
+    assert render.to_yaml(_rendered(_load(EVERY_OPTION))) == first
     data = yaml.safe_load(EVERY_OPTION.read_text())
     for section in ("metadata", "placement"):
         for key, value in list(data[section].items()):
             if isinstance(value, dict):
                 data[section][key] = dict(reversed(list(value.items())))
     reordered = profile.loads(yaml.safe_dump(data, sort_keys=False))
-    assert render.to_yaml(render.render(reordered)) == first
+    assert render.to_yaml(_rendered(reordered)) == first
 
 
 # --- the server container ---------------------------------------------------------------------------
 
 
 def test_args_put_the_model_path_first_then_the_profile_flags_then_extra_args() -> None:
-    args = _container(render.render(_load(EVERY_OPTION)))["args"]
+    args = _container(_rendered(_load(EVERY_OPTION)))["args"]
     assert args[0] == "/weights", "a hostPath source is served from its mountPath"
     assert args[1:5] == ["--served-model-name", "Qwen/Qwen2.5-72B-Instruct", "--tensor-parallel-size", "2"]
     flags = dict(zip(args[1::2], args[2::2], strict=False))
@@ -149,11 +153,11 @@ def test_args_put_the_model_path_first_then_the_profile_flags_then_extra_args() 
     assert flags["--kv-cache-dtype"] == "fp8_e4m3"
     assert "--no-enable-prefix-caching" in args
     assert args[-2:] == ["--enforce-eager", "--disable-log-requests"]
-    assert _container(render.render(_load(EVERY_OPTION)))["command"] == ["vllm", "serve"]
+    assert _container(_rendered(_load(EVERY_OPTION)))["command"] == ["vllm", "serve"]
 
 
 def test_defaults_leave_out_flags_vllm_already_defaults() -> None:
-    args = _container(render.render(_load(DEV)))["args"]
+    args = _container(_rendered(_load(DEV)))["args"]
     assert args[0] == "/models/llama3-8b-instruct"
     for flag in ("--pipeline-parallel-size", "--max-num-batched-tokens", "--kv-cache-dtype", "--model"):
         assert flag not in args
@@ -164,7 +168,7 @@ def test_defaults_leave_out_flags_vllm_already_defaults() -> None:
 @pytest.mark.parametrize("path", [*EXAMPLES, EVERY_OPTION], ids=lambda p: p.stem)
 def test_every_rendered_flag_exists_in_that_vllm_version_and_is_reserved(path: pathlib.Path) -> None:
     prof = _load(path)
-    args = _container(render.render(prof))["args"]
+    args = _container(_rendered(prof))["args"]
     ours = [a for a in args[: len(args) - len(prof.engine.extraArgs)] if a.startswith("--")]
     known = vllm_flags.flag_set(prof.engine.vllmVersion).flags
     assert [f for f in ours if f not in known] == []
@@ -174,39 +178,39 @@ def test_every_rendered_flag_exists_in_that_vllm_version_and_is_reserved(path: p
 
 def test_gpus_are_requested_and_limited_as_tensor_times_pipeline_parallel() -> None:
     for path, gpus in ((PROD, "4"), (DEV, "2"), (EVERY_OPTION, "4")):
-        resources = _container(render.render(_load(path)))["resources"]
+        resources = _container(_rendered(_load(path)))["resources"]
         assert resources["requests"][render.GPU_RESOURCE] == resources["limits"][render.GPU_RESOURCE] == gpus
         assert "cpu" not in resources["limits"], "a CPU limit throttles the scheduler loop"
         assert resources["requests"]["memory"] == resources["limits"]["memory"]
 
 
 def test_credentials_secret_is_referenced_never_copied() -> None:
-    objects = render.render(_load(EVERY_OPTION))
+    objects = _rendered(_load(EVERY_OPTION))
     env = _env(objects)
     assert env["HF_TOKEN"] == {"secretKeyRef": {"name": "hf-mirror-token", "key": "token"}}
-    assert "HF_TOKEN" not in _env(render.render(_load(PROD)))
+    assert "HF_TOKEN" not in _env(_rendered(_load(PROD)))
 
 
 def test_offline_switches_follow_airgap_offline() -> None:
-    env = _env(render.render(_load(EVERY_OPTION)))  # offline: false
+    env = _env(_rendered(_load(EVERY_OPTION)))  # offline: false
     assert not set(render.OFFLINE_ENV) & set(env)
 
 
 def test_home_points_at_the_writable_volume_for_the_non_root_user() -> None:
-    objects = render.render(_load(PROD))
+    objects = _rendered(_load(PROD))
     mounts = {m["name"]: m for m in _container(objects)["volumeMounts"]}
     assert _env(objects)["HOME"] == mounts["home"]["mountPath"] == render.HOME_DIR
 
 
 def test_service_links_are_off_so_a_service_named_vllm_cannot_set_vllm_port() -> None:
-    assert _pod(render.render(_load(PROD)))["spec"]["enableServiceLinks"] is False
+    assert _pod(_rendered(_load(PROD)))["spec"]["enableServiceLinks"] is False
 
 
 # --- volumes -------------------------------------------------------------------------------------
 
 
 def test_pvc_weights_are_mounted_read_only() -> None:
-    objects = render.render(_load(PROD))
+    objects = _rendered(_load(PROD))
     volumes = {v["name"]: v for v in _pod(objects)["spec"]["volumes"]}
     assert volumes["model"]["persistentVolumeClaim"] == {"claimName": "models", "readOnly": True}
     mounts = {m["name"]: m for m in _container(objects)["volumeMounts"]}
@@ -214,7 +218,7 @@ def test_pvc_weights_are_mounted_read_only() -> None:
 
 
 def test_host_path_weights_must_be_an_existing_directory_mounted_read_only() -> None:
-    objects = render.render(_load(EVERY_OPTION))
+    objects = _rendered(_load(EVERY_OPTION))
     volumes = {v["name"]: v for v in _pod(objects)["spec"]["volumes"]}
     assert volumes["model"]["hostPath"] == {"path": "/data/weights/qwen2.5-72b", "type": "Directory"}
     mounts = {m["name"]: m for m in _container(objects)["volumeMounts"]}
@@ -230,7 +234,7 @@ def test_host_path_weights_must_be_an_existing_directory_mounted_read_only() -> 
     ],
 )
 def test_dev_shm_is_memory_backed_and_sized_by_gpus_per_pod(changes: dict[str, Any], size: str) -> None:
-    objects = render.render(_variant(PROD, **changes))
+    objects = _rendered(_variant(PROD, **changes))
     volumes = {v["name"]: v for v in _pod(objects)["spec"]["volumes"]}
     assert volumes["dshm"]["emptyDir"] == {"medium": "Memory", "sizeLimit": size}
     mounts = {m["name"]: m["mountPath"] for m in _container(objects)["volumeMounts"]}
@@ -241,40 +245,38 @@ def test_dev_shm_is_memory_backed_and_sized_by_gpus_per_pod(changes: dict[str, A
 
 
 def test_tp4_requires_the_gpu_product_and_an_nvlink_node() -> None:
-    expressions = _match_expressions(render.render(_load(PROD)))
+    expressions = _match_expressions(_rendered(_load(PROD)))
     assert "NVIDIA-A100-SXM4-80GB" in expressions[render.GPU_PRODUCT_LABEL]
     assert expressions["deployctl.dev/nvlink"] == ["true"]
 
 
 def test_tp2_requires_the_gpu_product_but_not_nvlink() -> None:
-    expressions = _match_expressions(render.render(_load(DEV)))
+    expressions = _match_expressions(_rendered(_load(DEV)))
     assert set(expressions) == {render.GPU_PRODUCT_LABEL}
 
 
 def test_no_product_match_and_no_nvlink_means_no_affinity() -> None:
     prof = _variant(DEV, **{"placement.matchGpuProduct": False})
-    assert "affinity" not in _pod(render.render(prof))["spec"]
+    assert "affinity" not in _pod(_rendered(prof))["spec"]
 
 
 def test_custom_nvlink_label_selectors_tolerations_and_classes_reach_the_pod() -> None:
-    spec = _pod(render.render(_load(EVERY_OPTION)))["spec"]
-    assert _match_expressions(render.render(_load(EVERY_OPTION)))["example.com/nvswitch"] == ["yes"]
+    spec = _pod(_rendered(_load(EVERY_OPTION)))["spec"]
+    assert _match_expressions(_rendered(_load(EVERY_OPTION)))["example.com/nvswitch"] == ["yes"]
     assert spec["nodeSelector"] == {"node-pool": "gpu", "topology.kubernetes.io/zone": "lab-b"}
-    assert {"key": "dedicated", "operator": "Equal", "value": "inference", "effect": "NoExecute"} in spec[
-        "tolerations"
-    ]
+    assert {"key": "dedicated", "operator": "Equal", "value": "inference", "effect": "NoExecute"} in spec["tolerations"]
     assert spec["priorityClassName"] == "inference-critical"
     assert spec["runtimeClassName"] == "nvidia"
     assert spec["imagePullSecrets"] == [{"name": "internal-registry"}]
 
 
 def test_default_profile_tolerates_the_gpu_taint() -> None:
-    tolerations = _pod(render.render(_load(DEV)))["spec"]["tolerations"]
+    tolerations = _pod(_rendered(_load(DEV)))["spec"]["tolerations"]
     assert tolerations == [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
 
 
 def test_profile_labels_cannot_change_what_the_selectors_match() -> None:
-    objects = render.render(_load(EVERY_OPTION))  # podLabels sets app.kubernetes.io/name
+    objects = _rendered(_load(EVERY_OPTION))  # podLabels sets app.kubernetes.io/name
     deployment = _by_kind(objects)["Deployment"]
     selector = deployment["spec"]["selector"]["matchLabels"]
     assert selector["app.kubernetes.io/name"] == render.CHART_NAME
@@ -284,15 +286,15 @@ def test_profile_labels_cannot_change_what_the_selectors_match() -> None:
 
 def test_profile_hash_is_on_the_deployment_but_not_its_pods() -> None:
     prof = _load(PROD)
-    deployment = _by_kind(render.render(prof))["Deployment"]
+    deployment = _by_kind(_rendered(prof))["Deployment"]
     assert deployment["metadata"]["annotations"][render.PROFILE_HASH_ANNOTATION] == prof.spec_hash()
     # An SLO-only change alters the hash but must leave the pod template (and so the pods) alone.
     slo_change = profile.loads(PROD.read_text().replace('"<=1500"', '"<=1400"'), base_dir=PROD.parent)
-    other = _by_kind(render.render(slo_change))["Deployment"]
+    other = _by_kind(_rendered(slo_change))["Deployment"]
     assert other["metadata"]["annotations"][render.PROFILE_HASH_ANNOTATION] != prof.spec_hash()
     assert other["spec"]["template"] == deployment["spec"]["template"]
     assert "annotations" not in deployment["spec"]["template"]["metadata"]
-    pod_annotations = _pod(render.render(_load(EVERY_OPTION)))["metadata"]["annotations"]
+    pod_annotations = _pod(_rendered(_load(EVERY_OPTION)))["metadata"]["annotations"]
     assert pod_annotations["prometheus.io/scrape"] == "true"
 
 
@@ -301,19 +303,19 @@ def test_profile_hash_is_on_the_deployment_but_not_its_pods() -> None:
 
 def test_auto_strategy_replaces_one_pod_at_a_time_until_preflight_says_otherwise() -> None:
     prof = _load(PROD)
-    deployment = _by_kind(render.render(prof))["Deployment"]
+    deployment = _by_kind(_rendered(prof))["Deployment"]
     assert deployment["spec"]["strategy"] == {
         "type": "RollingUpdate",
         "rollingUpdate": {"maxSurge": 0, "maxUnavailable": 1},
     }
     surge = {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}}
-    assert _by_kind(render.render(prof, strategy=surge))["Deployment"]["spec"]["strategy"] == surge
+    assert _by_kind(_rendered(prof, strategy=surge))["Deployment"]["spec"]["strategy"] == surge
     assert deployment["spec"]["progressDeadlineSeconds"] == 1800
     assert deployment["spec"]["revisionHistoryLimit"] == 10
 
 
 def test_recreate_strategy_and_rollout_settings_come_from_the_profile() -> None:
-    spec = _by_kind(render.render(_load(EVERY_OPTION)))["Deployment"]["spec"]
+    spec = _by_kind(_rendered(_load(EVERY_OPTION)))["Deployment"]["spec"]
     assert spec["strategy"] == {"type": "Recreate"}
     assert (spec["replicas"], spec["progressDeadlineSeconds"], spec["revisionHistoryLimit"]) == (3, 3600, 5)
 
@@ -321,12 +323,8 @@ def test_recreate_strategy_and_rollout_settings_come_from_the_profile() -> None:
 @pytest.mark.parametrize(
     ("replicas", "budget"), [(1, {"maxUnavailable": 1}), (2, {"minAvailable": 1}), (5, {"minAvailable": 4})]
 )
-def test_disruption_budget_never_blocks_a_drain_of_a_single_replica(
-    replicas: int, budget: dict[str, int]
-) -> None:
-    spec = _by_kind(render.render(_variant(PROD, **{"rollout.replicas": replicas})))["PodDisruptionBudget"][
-        "spec"
-    ]
+def test_disruption_budget_never_blocks_a_drain_of_a_single_replica(replicas: int, budget: dict[str, int]) -> None:
+    spec = _by_kind(_rendered(_variant(PROD, **{"rollout.replicas": replicas})))["PodDisruptionBudget"]["spec"]
     assert {k: v for k, v in spec.items() if k in ("minAvailable", "maxUnavailable")} == budget
     assert spec["unhealthyPodEvictionPolicy"] == "AlwaysAllow"
 
@@ -335,26 +333,24 @@ def test_disruption_budget_never_blocks_a_drain_of_a_single_replica(
 
 
 def test_startup_probe_allows_the_profiles_startup_seconds() -> None:
-    probe = _container(render.render(_load(EVERY_OPTION)))["startupProbe"]  # startupSeconds: 2400
+    probe = _container(_rendered(_load(EVERY_OPTION)))["startupProbe"]  # startupSeconds: 2400
     assert probe["failureThreshold"] * probe["periodSeconds"] >= 2400
     assert probe["httpGet"] == {"path": "/health", "port": "http"}
 
 
 def test_startup_estimate_gives_a_70b_model_minutes_and_more_than_an_8b() -> None:
-    big = _container(render.render(_load(PROD)))["startupProbe"]
-    small = _container(render.render(_load(DEV)))["startupProbe"]
+    big = _container(_rendered(_load(PROD)))["startupProbe"]
+    small = _container(_rendered(_load(DEV)))["startupProbe"]
     big_s, small_s = (p["failureThreshold"] * p["periodSeconds"] for p in (big, small))
     assert 600 <= big_s <= 1800, "70B bf16 at 250 MiB/s: about 14 minutes, inside the progress deadline"
     assert render.STARTUP_FIXED_SECONDS < small_s < big_s
 
 
 def test_liveness_is_more_patient_than_readiness() -> None:
-    container = _container(render.render(_load(PROD)))
+    container = _container(_rendered(_load(PROD)))
     live, ready = container["livenessProbe"], container["readinessProbe"]
     assert live["httpGet"]["path"] == ready["httpGet"]["path"] == "/health"
-    assert (
-        live["periodSeconds"] * live["failureThreshold"] > ready["periodSeconds"] * ready["failureThreshold"]
-    )
+    assert live["periodSeconds"] * live["failureThreshold"] > ready["periodSeconds"] * ready["failureThreshold"]
     assert live["timeoutSeconds"] >= ready["timeoutSeconds"]
 
 
@@ -363,7 +359,7 @@ def test_liveness_is_more_patient_than_readiness() -> None:
 
 @pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.stem)
 def test_pods_meet_pod_security_restricted(path: pathlib.Path) -> None:
-    objects = render.render(_load(path))
+    objects = _rendered(_load(path))
     pod = _pod(objects)["spec"]
     assert pod["securityContext"]["runAsNonRoot"] is True
     assert pod["securityContext"]["runAsUser"] > 0
@@ -396,7 +392,7 @@ def test_write_puts_one_object_per_file_in_apply_order_and_drops_stale_ones(tmp_
     prof = _load(PROD)
     unrelated = tmp_path / "kustomization.yaml"
     unrelated.write_text("resources: []\n")
-    first = render.write(render.render(prof), tmp_path)
+    first = render.write(_rendered(prof), tmp_path)
     assert [p.name for p in first] == [
         "00-serviceaccount-llama3-70b.yaml",
         "01-networkpolicy-llama3-70b.yaml",
@@ -406,9 +402,9 @@ def test_write_puts_one_object_per_file_in_apply_order_and_drops_stale_ones(tmp_
     ]
     assert yaml.safe_load(first[-1].read_text())["kind"] == "Deployment"
     without_policy = _variant(PROD, **{"airgap.denyEgress": False})
-    second = render.write(render.render(without_policy), tmp_path)
+    second = render.write(_rendered(without_policy), tmp_path)
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted([*(p.name for p in second), unrelated.name])
-    assert "---\n".join(p.read_text() for p in second) == render.to_yaml(render.render(without_policy))
+    assert "---\n".join(p.read_text() for p in second) == render.to_yaml(_rendered(without_policy))
 
 
 def test_templates_refuse_a_missing_value() -> None:

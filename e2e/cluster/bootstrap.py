@@ -98,9 +98,7 @@ class Api:
 def kwok_module_dir() -> Path:
     """kwok's Go module in the module cache: the exact version build.sh built kwok from."""
     if not shutil.which("go"):
-        raise components.ClusterError(
-            "'go' is not on PATH; it finds kwok's stages and CRDs in the module cache"
-        )
+        raise components.ClusterError("'go' is not on PATH; it finds kwok's stages and CRDs in the module cache")
     out = subprocess.run(
         ["go", "list", "-m", "-f", "{{.Dir}}", "sigs.k8s.io/kwok"],
         cwd=components.HERE / "tools" / "kwok",

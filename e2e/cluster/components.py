@@ -255,9 +255,7 @@ def _write_kubeconfig(path: Path, certs: pki.Pki, identity: pki.ClientIdentity, 
                 },
             }
         ],
-        "contexts": [
-            {"name": "deployctl-e2e", "context": {"cluster": "deployctl-e2e", "user": identity.user}}
-        ],
+        "contexts": [{"name": "deployctl-e2e", "context": {"cluster": "deployctl-e2e", "user": identity.user}}],
         "current-context": "deployctl-e2e",
     }
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)

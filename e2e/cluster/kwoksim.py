@@ -28,9 +28,7 @@ def forward_namespace(cluster: localcluster.Cluster, namespace: str, target_port
     client's `kubernetes.stream.portforward` then reach it through the API server.
     """
     forwards = [{"target": {"address": LOCALHOST, "port": target_port}}]
-    _apply_for_namespace(
-        cluster, namespace, "ClusterPortForward", "clusterportforwards", {"forwards": forwards}
-    )
+    _apply_for_namespace(cluster, namespace, "ClusterPortForward", "clusterportforwards", {"forwards": forwards})
 
 
 def forward_ports(cluster: localcluster.Cluster, namespace: str, ports: dict[int, int]) -> None:
@@ -43,9 +41,7 @@ def forward_ports(cluster: localcluster.Cluster, namespace: str, ports: dict[int
         {"ports": [pod_port], "target": {"address": LOCALHOST, "port": local_port}}
         for pod_port, local_port in sorted(ports.items())
     ]
-    _apply_for_namespace(
-        cluster, namespace, "ClusterPortForward", "clusterportforwards", {"forwards": forwards}
-    )
+    _apply_for_namespace(cluster, namespace, "ClusterPortForward", "clusterportforwards", {"forwards": forwards})
 
 
 def forwarded_ports(cluster: localcluster.Cluster, namespace: str) -> dict[int, int]:

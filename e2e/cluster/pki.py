@@ -41,9 +41,7 @@ ADMIN = ClientIdentity("admin", "deployctl-admin", ("system:masters",))
 CONTROLLER_MANAGER = ClientIdentity("kube-controller-manager", "system:kube-controller-manager")
 SCHEDULER = ClientIdentity("kube-scheduler", "system:kube-scheduler")
 KWOK = ClientIdentity("kwok", "kwok-controller", ("system:masters",))
-KUBELET_CLIENT = ClientIdentity(
-    "apiserver-kubelet-client", "kube-apiserver-kubelet-client", ("system:masters",)
-)
+KUBELET_CLIENT = ClientIdentity("apiserver-kubelet-client", "kube-apiserver-kubelet-client", ("system:masters",))
 CLIENTS = (ADMIN, CONTROLLER_MANAGER, SCHEDULER, KWOK, KUBELET_CLIENT)
 
 # The in-cluster names a real API server certificate carries, plus loopback, which is the
@@ -144,9 +142,7 @@ def _generate(pki: Pki) -> None:
     _write_key(pki.ca_key, ca_key)
     _write_cert(pki.ca_cert, ca)
 
-    def leaf(
-        stem: str, subject: x509.Name, usage: x509.ObjectIdentifier, san: list[x509.GeneralName]
-    ) -> None:
+    def leaf(stem: str, subject: x509.Name, usage: x509.ObjectIdentifier, san: list[x509.GeneralName]) -> None:
         key = ec.generate_private_key(ec.SECP256R1())
         builder = _builder(subject, ca.subject, key.public_key()).add_extension(
             x509.ExtendedKeyUsage([usage]), critical=False
@@ -171,9 +167,7 @@ def _generate(pki: Pki) -> None:
     sa_key = ec.generate_private_key(ec.SECP256R1())
     _write_key(pki.sa_key, sa_key)
     pki.sa_pub.write_bytes(
-        sa_key.public_key().public_bytes(
-            serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
-        )
+        sa_key.public_key().public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
     )
 
 
@@ -182,9 +176,7 @@ def _name(common_name: str, organizations: tuple[str, ...] = ()) -> x509.Name:
     return x509.Name([*attrs, x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
 
 
-def _builder(
-    subject: x509.Name, issuer: x509.Name, public_key: ec.EllipticCurvePublicKey
-) -> x509.CertificateBuilder:
+def _builder(subject: x509.Name, issuer: x509.Name, public_key: ec.EllipticCurvePublicKey) -> x509.CertificateBuilder:
     now = _now()
     return (
         x509.CertificateBuilder()

@@ -12,7 +12,7 @@ import dataclasses
 import json
 import os
 import ssl
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import urllib3
@@ -326,8 +326,14 @@ class Kube:
             return False
         return True
 
-    def pod_log(self, name: str, namespace: str, *, tail_lines: int = 50, previous: bool = False) -> str:
-        query: list[tuple[str, Any]] = [("tailLines", tail_lines)]
+    def pod_log(
+        self, name: str, namespace: str, *, tail_lines: int | None = 50, previous: bool = False, limit_bytes: int = 0
+    ) -> str:
+        """The container log: its last ``tail_lines`` lines, or (None) from the start, at most
+        ``limit_bytes`` of it when that is set."""
+        query: list[tuple[str, Any]] = [("tailLines", tail_lines)] if tail_lines is not None else []
+        if limit_bytes:
+            query.append(("limitBytes", limit_bytes))
         if previous:
             query.append(("previous", "true"))
         resp = self._call(
@@ -371,6 +377,32 @@ class Kube:
         )
         return bool(review.get("status", {}).get("allowed"))
 
+    def granted_by_rules(self, namespace: str, wanted: Sequence[tuple[str, str, str, str]]) -> tuple[bool, ...]:
+        """Which of ``wanted`` (verb, group, resource, subresource) are granted in ``namespace``,
+        as far as one SelfSubjectRulesReview shows: one round trip for any number of permissions.
+
+        True is a grant of the Node and RBAC authorizers, matched by RBAC's own rules. False means
+        "not shown", never "denied": when the review is ``incomplete`` (a webhook authorizer, which
+        cannot list its rules and may also deny what RBAC allows) or may not be asked, every answer
+        is False, and the caller asks ``can_i``, which is authoritative, for each.
+        """
+        try:
+            review = self._call(
+                "POST",
+                "/apis/authorization.k8s.io/v1/selfsubjectrulesreviews",
+                body={
+                    "apiVersion": "authorization.k8s.io/v1",
+                    "kind": "SelfSubjectRulesReview",
+                    "spec": {"namespace": namespace},
+                },
+                what="rules review",
+            )
+        except (errors.Forbidden, errors.NotFound):
+            return (False,) * len(wanted)
+        status = review.get("status") or {}
+        rules = [] if status.get("incomplete") else status.get("resourceRules") or []
+        return tuple(any(_rule_grants(rule, *w) for rule in rules) for w in wanted)
+
     def server_version(self) -> str:
         data = self._call("GET", "/version", what="server version")
         return str(data.get("gitVersion", "unknown"))
@@ -379,6 +411,21 @@ class Kube:
     def api_client(self) -> k8s.ApiClient:
         """For the port-forwarder, which speaks websockets through the same credentials."""
         return self._api
+
+
+def _rule_grants(rule: Mapping[str, Any], verb: str, group: str, resource: str, subresource: str) -> bool:
+    """Whether one listed rule allows a request without an object name, as RBAC decides it
+    (k8s.io/kubernetes pkg/apis/rbac/v1 evaluation_helpers.go: VerbMatches, APIGroupMatches,
+    ResourceMatches, ResourceNameMatches)."""
+    if rule.get("resourceNames"):  # grants only the named objects; a list or create has no name
+        return False
+    verbs, groups, resources = rule.get("verbs") or [], rule.get("apiGroups") or [], rule.get("resources") or []
+    if "*" not in verbs and verb not in verbs:
+        return False
+    if "*" not in groups and group not in groups:
+        return False
+    combined = f"{resource}/{subresource}" if subresource else resource
+    return "*" in resources or combined in resources or (bool(subresource) and f"*/{subresource}" in resources)
 
 
 def connect(kubeconfig: str | None = None, context: str | None = None) -> Kube:

@@ -1,0 +1,131 @@
+"""The names and small rules that cross modules: label and annotation keys, rollout strategies,
+GPU counting from pod specs, and the messages several commands print.
+
+Each lives here once, on the bottom floor, so two modules can never disagree about them (they
+did: two GPU counters read different fields of the same pod). Pure: plain data in, plain data out.
+"""
+
+from __future__ import annotations
+
+import decimal
+import math
+from collections.abc import Mapping
+from typing import Any
+
+# --- labels and annotations ----------------------------------------------------------------------
+
+MANAGED_BY = "deployctl"  # app.kubernetes.io/managed-by; the Helm chart writes the same
+MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
+RELEASE_LABEL = "deployctl.dev/release"  # pruning, the rollout watch and status find objects by it
+PROFILE_HASH_ANNOTATION = "deployctl.dev/profile-hash"  # the GitOps gate matches the synced spec by it
+# A profile rendered with --force although the planner refused it: reviewers see the verdict.
+FIT_VERDICT_ANNOTATION = "deployctl.dev/fit-verdict"
+RECORD_LABEL = "deployctl.dev/release-record"
+REVISION_LABEL = "deployctl.dev/revision"
+OUTCOME_LABEL = "deployctl.dev/outcome"
+RECORD_HASH_ANNOTATION = "deployctl.dev/record-sha256"
+
+GPU_RESOURCE = "nvidia.com/gpu"
+GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"  # set by NVIDIA GPU Feature Discovery
+
+# --- rollout strategies --------------------------------------------------------------------------
+
+# Deployment.spec.strategy for each strategy preflight can choose. "one-at-a-time" stops an old
+# pod before its replacement starts: it can never hang on GPUs nobody has, at the price of
+# downtime for a single replica (design.md, "Rollout on scarce GPUs").
+STRATEGIES: dict[str, dict[str, Any]] = {
+    "surge": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}},
+    "one-at-a-time": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 0, "maxUnavailable": 1}},
+    "recreate": {"type": "Recreate"},
+}
+
+# What the profile's rollout.strategy renders to before preflight has looked at the cluster
+# (`deployctl render` for GitOps). "auto" takes the choice that can never hang: surge needs a
+# free GPU slot, which nobody has checked yet.
+PROFILE_STRATEGY_DEFAULTS: dict[str, str] = {
+    "surge": "surge",
+    "no-surge": "one-at-a-time",
+    "auto": "one-at-a-time",
+    "recreate": "recreate",
+}
+
+
+def strategy_spec(name: str) -> dict[str, Any]:
+    """Deployment.spec.strategy for a strategy name, as a fresh dict the caller may keep."""
+    spec = STRATEGIES[name]
+    return {k: dict(v) if isinstance(v, dict) else v for k, v in spec.items()}
+
+
+# --- GPU counting ----------------------------------------------------------------------------------
+
+
+def parse_quantity(value: object) -> decimal.Decimal:
+    """A Kubernetes resource quantity ("4", "500m", "1Ki", "2e3") as a number; ValueError if it is none."""
+    text = str(value).strip()
+    suffix, factor = next(((s, f) for s, f in _SUFFIXES if text.endswith(s)), ("", decimal.Decimal(1)))
+    try:
+        result = decimal.Decimal(text[: len(text) - len(suffix)]) * factor
+    except decimal.InvalidOperation:
+        raise ValueError(f"{value!r} is not a Kubernetes quantity") from None
+    if not result.is_finite():
+        raise ValueError(f"{value!r} is not a Kubernetes quantity")
+    return result
+
+
+# No suffix is the tail of another ("Mi" ends in "i", "M" does not), so order does not matter;
+# an exponent ("2e3", "1E3") ends in a digit and Decimal reads it.
+_SUFFIXES: list[tuple[str, decimal.Decimal]] = [
+    *((s, decimal.Decimal(1024) ** (i + 1)) for i, s in enumerate(("Ki", "Mi", "Gi", "Ti", "Pi", "Ei"))),
+    *((s, decimal.Decimal(1000) ** (i + 1)) for i, s in enumerate(("k", "M", "G", "T", "P", "E"))),
+    ("m", decimal.Decimal("0.001")),
+]
+
+
+def gpu_count(value: object) -> int:
+    """A GPU quantity as a whole number (0 when absent); GPUs are not divisible, so a fraction
+    rounds down. ValueError when the value is not a quantity."""
+    if value is None:
+        return 0
+    return max(0, math.floor(parse_quantity(value)))
+
+
+def container_gpus(container: Mapping[str, Any]) -> int:
+    """GPUs one container asks for. Extended resources may give only a limit; the API server then
+    sets the request to it, so the request wins when both are there."""
+    resources = container.get("resources") or {}
+    for kind in ("requests", "limits"):
+        value = (resources.get(kind) or {}).get(GPU_RESOURCE)
+        if value is not None:
+            return gpu_count(value)
+    return 0
+
+
+def pod_gpus(pod: Mapping[str, Any]) -> int:
+    """GPUs the scheduler reserves for a pod: containers summed, init containers at their peak.
+
+    Init containers run one after another, so only the largest counts; a sidecar (an init
+    container with restartPolicy Always) keeps running beside everything started after it.
+    ValueError when a container's GPU quantity is not a quantity.
+    """
+    spec = pod.get("spec") or {}
+    sidecars = peak = 0
+    for container in spec.get("initContainers") or []:
+        gpus = container_gpus(container)
+        if container.get("restartPolicy") == "Always":
+            sidecars += gpus
+            peak = max(peak, sidecars)
+        else:
+            peak = max(peak, sidecars + gpus)
+    running = sidecars + sum(container_gpus(c) for c in spec.get("containers") or [])
+    return max(running, peak)
+
+
+# --- messages -------------------------------------------------------------------------------------
+
+
+def no_records_message(release: str, namespace: str) -> str:
+    """What every command that needs a release's history says when it has none."""
+    return (
+        f"release {release} has no records in namespace {namespace}; check the name and -n "
+        f"(`deployctl history {release} -n NAMESPACE` lists a release's revisions)"
+    )

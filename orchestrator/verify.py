@@ -1,0 +1,192 @@
+"""Judge a rolled-out revision: watch the rollout, health-gate every new pod, then the smoke gate.
+
+One step shared by apply, the GitOps gate and rollback, so the three judge a revision the same
+way. It writes nothing: the caller records what it returns.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
+
+from orchestrator import errors, gate, health, releases, rollout, startup_log
+from orchestrator.kube import Kube, PortForwarder
+from orchestrator.outcome import Failure, Timings
+from orchestrator.profile import Profile
+
+GATE_ERROR_RETRIES = 2  # an Error verdict (could not measure) is retried before it counts
+# The start-up lines come first in a pod's log; this much of it holds them even with verbose logging.
+STARTUP_LOG_BYTES = 4 << 20
+
+Reporter = Callable[[str, str], None]  # (phase, message)
+Abort = Callable[[], "str | None"]  # why to stop now (the lock was lost), or None to go on
+
+
+@dataclasses.dataclass(frozen=True)
+class GateSpec:
+    """How to judge a rolled-out revision: where its pods serve and how long each step may take."""
+
+    model: str
+    port: int
+    endpoint: str | None
+    rollout_timeout: float
+    health_timeout: float
+    smoke: Profile | None  # the profile whose smoke gate runs; None: health only
+    max_num_seqs: int = 0  # engine.maxNumSeqs, to check the observed concurrency against; 0: unknown
+
+
+def spec_of(profile: Profile, *, timeout: float | None, endpoint: str | None, skip_bench: bool) -> GateSpec:
+    """The gate a profile asks for; ``timeout`` and ``endpoint`` are the command line's overrides."""
+    deadline = timeout or float(profile.rollout.progressDeadlineSeconds)
+    return GateSpec(
+        model=profile.model.name,
+        port=profile.engine.port,
+        endpoint=endpoint or profile.gate.endpoint,
+        rollout_timeout=deadline,
+        health_timeout=min(deadline, float(profile.gate.health.timeoutSeconds)),
+        smoke=profile if profile.gate.smoke.enabled and not skip_bench else None,
+        max_num_seqs=profile.engine.maxNumSeqs,
+    )
+
+
+def stored_spec(
+    target: releases.Record, objects: list[dict[str, Any]], *, timeout: float | None, endpoint: str | None
+) -> GateSpec:
+    """Health-gate settings for a stored revision, read from its own manifests and profile text.
+
+    No smoke run: a rollback restores what ran before, and health decides at 3 a.m.
+    """
+    deployment = next((o for o in objects if o.get("kind") == "Deployment"), {})
+    containers = deployment.get("spec", {}).get("template", {}).get("spec", {}).get("containers") or [{}]
+    ports = containers[0].get("ports") or [{}]
+    settings = target.stored_settings()
+    health_section = settings.get("health")
+    health_timeout = health_section.get("timeoutSeconds", 1800) if isinstance(health_section, dict) else 1800
+    deadline = timeout or float(deployment.get("spec", {}).get("progressDeadlineSeconds", 1800))
+    return GateSpec(
+        model=target.model.name,
+        port=int(ports[0].get("containerPort", 8000)),
+        endpoint=endpoint or settings.get("endpoint"),
+        rollout_timeout=deadline,
+        health_timeout=min(deadline, float(health_timeout)),
+        smoke=None,
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class Judgement:
+    """What verify found: the failure (None when the revision passed), the smoke verdict (None when
+    it did not run) and what each new pod's vLLM logged about its memory at start-up."""
+
+    failure: Failure | None
+    smoke: gate.GateReport | None = None
+    observed: tuple[startup_log.Observation, ...] = ()
+
+    def observed_json(self) -> list[dict[str, Any]] | None:
+        return [o.to_json() for o in self.observed] or None
+
+
+def verify(
+    kube: Kube,
+    name: str,
+    namespace: str,
+    spec: GateSpec,
+    previous: Mapping[str, Any] | None,
+    report: Reporter,
+    timings: Timings,
+    *,
+    abort: Abort = lambda: None,
+    phase: str = "",
+) -> Judgement:
+    """Watch, health-gate, read the start-up logs, smoke-gate; ``previous`` is the live release's
+    stored gate report, for the regression check."""
+    with timings.phase("rollout"):
+        result = rollout.watch_rollout(
+            kube,
+            namespace,
+            name,
+            timeout=spec.rollout_timeout,
+            progress=lambda m: report(phase or "rollout", m),
+            abort=abort,
+        )
+    if not result.ok:
+        assert result.failure is not None
+        return Judgement(Failure(result.failure.cls, result.failure.message, "rollout"))
+    with contextlib.ExitStack() as forwards:
+        with timings.phase("health"):  # opening the port-forwards is part of reaching the pods
+            urls = forwards.enter_context(pod_urls(kube, namespace, result.new_pods, spec.port, spec.endpoint))
+            healthy = health.wait_healthy(
+                urls, spec.model, timeout=spec.health_timeout, progress=lambda m: report(phase or "health", m)
+            )
+        if not healthy.ok:
+            message = f"the new pods did not pass the health gate: {healthy.explain()}"
+            return Judgement(Failure("health", message, "health"))
+        report(phase or "health", f"healthy: {', '.join(urls)}")
+        observed = startup_observations(kube, namespace, result.new_pods)
+        if (lost := abort()) is not None:
+            return Judgement(Failure("lock_lost", lost, "health"), observed=observed)
+        if spec.smoke is None:
+            return Judgement(None, observed=observed)
+        with timings.phase("smoke"):
+            verdict = run_smoke(spec.smoke, next(iter(urls.values())), previous, report)
+    if verdict.verdict in (gate.Verdict.FAIL, gate.Verdict.ERROR):
+        cls = "slo_failed" if verdict.verdict == gate.Verdict.FAIL else "gate_error"
+        return Judgement(Failure(cls, verdict.summary(), "smoke"), verdict, observed)
+    return Judgement(None, verdict, observed)
+
+
+def startup_observations(kube: Kube, namespace: str, pods: list[str]) -> tuple[startup_log.Observation, ...]:
+    """What each new pod's vLLM logged at start-up. A log that cannot be read or holds no such
+    lines is no observation: it never fails a deploy, it only leaves the planner unchecked."""
+    found = []
+    for pod in pods:
+        try:
+            text = kube.pod_log(pod, namespace, tail_lines=None, limit_bytes=STARTUP_LOG_BYTES)
+        except errors.ClusterError:
+            continue
+        if (seen := startup_log.parse(pod, text)) is not None:
+            found.append(seen)
+    return tuple(found)
+
+
+def run_smoke(profile: Profile, url: str, previous: Mapping[str, Any] | None, report: Reporter) -> gate.GateReport:
+    """The smoke benchmark through ``url`` and its verdict; an Error verdict is retried a few times."""
+    from orchestrator import bench, errors  # bench imported here: an apply with --skip-bench never pays for it
+
+    smoke = profile.gate.smoke
+    config = bench.config_from_profile(profile, url)
+    verdict = gate.error_report("the smoke benchmark did not run")
+    for attempt in range(1, GATE_ERROR_RETRIES + 2):
+        report("smoke", f"smoke benchmark: {smoke.requests} requests, {smoke.concurrency} streams (attempt {attempt})")
+        try:
+            measured = bench.run(config)
+        except errors.EndpointError as e:
+            verdict = gate.error_report(e.message)
+        else:
+            verdict = gate.evaluate(
+                measured,
+                smoke.slo,
+                min_samples=smoke.minSamples,
+                previous_report=previous,
+                max_regression_pct=profile.gate.maxRegression,
+            )
+        report("smoke", verdict.summary())
+        if verdict.verdict != gate.Verdict.ERROR:
+            break
+    return verdict
+
+
+@contextlib.contextmanager
+def pod_urls(kube: Kube, namespace: str, pods: list[str], port: int, endpoint: str | None) -> Iterator[dict[str, str]]:
+    """Base URLs for the gate: the endpoint when given, else a port-forward per new pod."""
+    if endpoint:
+        yield {"endpoint": endpoint.rstrip("/")}
+        return
+    with contextlib.ExitStack() as stack:
+        urls = {}
+        for pod in pods:
+            forwarder = stack.enter_context(PortForwarder(kube, namespace, pod, port))
+            urls[f"pod/{pod}"] = forwarder.url
+        yield urls
