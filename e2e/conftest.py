@@ -27,6 +27,7 @@ E2E_DIR = Path(__file__).resolve().parent
 # The cluster tooling is plain scripts (runnable as `python e2e/cluster/localcluster.py`),
 # not a package; importing them needs their directory on the path.
 sys.path.insert(0, str(E2E_DIR / "cluster"))
+sys.path.insert(0, str(E2E_DIR / "realvllm"))
 import deployhelpers  # noqa: E402
 import kwoksim  # noqa: E402
 import localcluster  # noqa: E402

