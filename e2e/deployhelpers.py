@@ -136,7 +136,7 @@ def _takes_kubeconfig(args: tuple[str, ...]) -> bool:
     offline = {"validate", "plan", "render", "bench", "version", "completion"}
     return (
         bool(args)
-        and args[0] not in offline
+        and (args[0] not in offline or "--calibrate-from" in args)
         and "--kubeconfig" not in args
         and not (args[:2] == ("audit", "verify") and "--file" in args)
     )

@@ -136,6 +136,14 @@ def test_install_gates_on_the_real_server_and_records_predicted_against_observed
     assert f"planner: KV cache {planned:,} tokens planned, 2,097,152 observed" in status.stdout, status.stdout
     history = deployctl(real_env.kubeconfig, "history", "llm", "-n", real_env.namespace)
     assert "/2097k" in history.stdout, history.stdout
+    # The observation corrects the next plan for the same model, GPU and vLLM version.
+    path = write_profile(real_env.tmp, real_profile(real_env.namespace), "again.yaml")
+    args = ("plan", str(path), "--calibrate-from", "llm", "-n", real_env.namespace, "--output", "json")
+    calibrated = deployctl(real_env.kubeconfig, *args)
+    assert calibrated.code == 0, calibrated.stdout + calibrated.stderr
+    plan = json.loads(calibrated.stdout)
+    assert plan["inputs"]["calibration"]["source"] == f"llm revision 1 in {real_env.namespace}"
+    assert abs(plan["kv_cache_tokens"] / 2_097_152 - 1) < 0.01, plan["kv_cache_tokens"]
 
 
 def test_an_slo_the_real_server_cannot_meet_is_rolled_back_with_the_chain_intact(real_env: ReleaseEnv) -> None:
