@@ -30,7 +30,13 @@ ports of the DEPLOYCTL_CLUSTER_*_PORT variables, and stopped at the end if this 
 (unless E2E_KEEP_CLUSTER=1). Every subprocess has a timeout; the defaults take about 5 minutes,
 most of it the capped waits of (b).
 
-Usage: ``python bench/bench_apply.py [--reps N] [--cap S] [--ready-delay 1s] [--skip-good] [--skip-failing]``.
+``--variant LABEL=DIR`` adds to (a) ``deployctl`` importing the ``orchestrator`` package from DIR
+(another revision's copy, e.g. ``git worktree add /tmp/prev HEAD~1``; charts and manifests still
+come from this checkout), timed in the same rotation: a before/after in one run, under the same
+load. ``--skip-helm`` leaves the two helm tools out of (a).
+
+Usage: ``python bench/bench_apply.py [--reps N] [--cap S] [--ready-delay 1s] [--skip-good] [--skip-failing]
+[--skip-helm] [--variant LABEL=DIR]...``.
 """
 
 from __future__ import annotations
@@ -202,19 +208,24 @@ def _timed(argv: list[str], timeout: float, env: dict[str, str] | None = None) -
 _DEPLOYCTL_APPLY = (deployhelpers.DEPLOYCTL, "apply", "--skip-bench", "--output", "json")
 
 
-def run_deployctl(kubeconfig: pathlib.Path, profile_path: pathlib.Path, limit: float) -> Run:
+def run_deployctl(
+    kubeconfig: pathlib.Path, profile_path: pathlib.Path, limit: float, tool: str = "deployctl", code_dir: str = ""
+) -> Run:
+    """``deployctl apply``; with ``code_dir``, importing the orchestrator package found there (PYTHONPATH
+    comes before the editable install) instead of this checkout's."""
+    env = {**os.environ, "NO_COLOR": "1"}
+    if code_dir:
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (code_dir, env.get("PYTHONPATH", "")) if p)
     seconds, code, out, err = _timed(
-        [*_DEPLOYCTL_APPLY, str(profile_path), "--kubeconfig", str(kubeconfig)],
-        limit,
-        env={**os.environ, "NO_COLOR": "1"},
+        [*_DEPLOYCTL_APPLY, str(profile_path), "--kubeconfig", str(kubeconfig)], limit, env=env
     )
     try:
         data = json.loads(out)
     except ValueError:
-        return Run("deployctl", seconds, code, _last_line(err))
+        return Run(tool, seconds, code, _last_line(err))
     failure = data.get("failure") or {}
     said = f"{data.get('result')}: {failure.get('class')}" if failure else str(data.get("result"))
-    return Run("deployctl", seconds, code, said, phases=dict(data.get("timings") or {}))
+    return Run(tool, seconds, code, said, phases=dict(data.get("timings") or {}))
 
 
 def run_kubectl(kubeconfig: pathlib.Path, namespace: str, manifests: pathlib.Path, cap: float) -> Run:
@@ -253,10 +264,17 @@ class Bench:
     """One benchmark run against one cluster and simulator."""
 
     def __init__(
-        self, cluster: localcluster.Cluster, namespaces: Namespaces, tmp: pathlib.Path, cap: float, ready_delay: str
+        self,
+        cluster: localcluster.Cluster,
+        namespaces: Namespaces,
+        tmp: pathlib.Path,
+        cap: float,
+        ready_delay: str,
+        variants: dict[str, str] | None = None,
     ) -> None:
         self.kubeconfig = cluster.kubeconfig
         self.namespaces, self.tmp, self.cap, self.ready_delay = namespaces, tmp, cap, ready_delay
+        self.variants = variants or {}  # label -> directory holding another revision's orchestrator/
         self.apps = kubernetes.client.AppsV1Api(namespaces.api)
 
     def attempt(self, tool: str, scenario: str, logs: pathlib.Path | None = None) -> Run:
@@ -265,8 +283,8 @@ class Bench:
             directory = self.tmp / ns
             directory.mkdir()
             path = deployhelpers.write_profile(directory, self._doc(scenario, ns))
-            if tool == "deployctl":
-                run = run_deployctl(self.kubeconfig, path, self.cap + 60)
+            if tool == "deployctl" or tool in self.variants:
+                run = run_deployctl(self.kubeconfig, path, self.cap + 60, tool, self.variants.get(tool, ""))
             else:
                 manifests, values = render(path, directory)
                 if tool == "kubectl":
@@ -292,11 +310,12 @@ class Bench:
             raise
         return f"{dep.status.ready_replicas or 0}/{dep.spec.replicas}"
 
-    def good(self, reps: int) -> list[Run]:
+    def good(self, reps: int, tools: tuple[str, ...] = TOOLS) -> list[Run]:
         runs: list[Run] = []
+        tools = (tools[0], *self.variants, *tools[1:])
         for rep in range(reps):
-            shift = rep % len(TOOLS)
-            for tool in TOOLS[shift:] + TOOLS[:shift]:  # rotated, so no tool always goes first
+            shift = rep % len(tools)
+            for tool in tools[shift:] + tools[:shift]:  # rotated, so no tool always goes first
                 run = self.attempt(tool, "good")
                 runs.append(run)
                 print(f"  good, rep {rep + 1}: {_row(run)}", flush=True)
@@ -391,14 +410,17 @@ def report_good(runs: list[Run], ready_delay: str) -> None:
     print(
         f"goal deployctl ≤ {GOOD_RATIO_GOAL}× kubectl: {verdict} ({median / kubectl:.2f}×, {median - kubectl:+.2f} s)"
     )
-    phases = sorted({p for r in deployctl for p in r.phases})
-    medians = {p: statistics.median(r.phases.get(p, 0.0) for r in deployctl) for p in phases}
-    outside = median - sum(medians.values())
-    print(
-        "deployctl phases (median s): "
-        + ", ".join(f"{p} {v:.2f}" for p, v in medians.items())
-        + f"; outside the phases (start-up, imports, lock, record) {outside:.2f}"
-    )
+    for tool, rs in by_tool.items():
+        phases = sorted({p for r in rs for p in r.phases})
+        if not phases:
+            continue
+        medians = {p: statistics.median(r.phases.get(p, 0.0) for r in rs) for p in phases}
+        outside = statistics.median(r.seconds for r in rs) - sum(medians.values())
+        print(
+            f"{tool} phases (median s): "
+            + ", ".join(f"{p} {v:.2f}" for p, v in medians.items())
+            + f"; outside the phases (start-up, imports, lock, exit) {outside:.2f}"
+        )
 
 
 def report_failing(results: dict[str, list[Run]], cap: float) -> None:
@@ -420,7 +442,23 @@ def main() -> int:
     parser.add_argument("--ready-delay", default="1s", help="simulated model load time of (a), e.g. 10s")
     parser.add_argument("--skip-good", action="store_true", help="skip (a)")
     parser.add_argument("--skip-failing", action="store_true", help="skip (b)")
+    parser.add_argument("--skip-helm", action="store_true", help="leave helm and helm-surge out of (a)")
+    parser.add_argument(
+        "--variant",
+        action="append",
+        default=[],
+        metavar="LABEL=DIR",
+        help="also time deployctl with the orchestrator package of DIR in (a), as LABEL (repeatable)",
+    )
     args = parser.parse_args()
+    variants: dict[str, str] = {}
+    for spec in args.variant:
+        label, sep, directory = spec.partition("=")
+        if not sep or not label or label in (*TOOLS, *variants):
+            raise SystemExit(f"--variant {spec}: give LABEL=DIR with a label of its own")
+        if not (pathlib.Path(directory) / "orchestrator" / "cli.py").is_file():
+            raise SystemExit(f"--variant {spec}: {directory}/orchestrator/cli.py does not exist")
+        variants[label] = directory
     build = subprocess.run(["bash", str(ROOT / "e2e" / "cluster" / "build.sh"), "sim", "kubectl", "helm"])
     if build.returncode != 0:
         raise SystemExit("building vllm-sim, kubectl and helm failed (needs Go >= 1.26); see above")
@@ -432,8 +470,9 @@ def main() -> int:
         tempfile.TemporaryDirectory(prefix="bench-apply-") as tmp,
     ):
         namespaces = Namespaces(cluster, api, sim_port)
-        bench = Bench(cluster, namespaces, pathlib.Path(tmp), args.cap, args.ready_delay)
-        good = [] if args.skip_good else bench.good(args.reps)
+        bench = Bench(cluster, namespaces, pathlib.Path(tmp), args.cap, args.ready_delay, variants)
+        tools = TOOLS[:2] if args.skip_helm else TOOLS
+        good = [] if args.skip_good else bench.good(args.reps, tools)
         failing: dict[str, list[Run]] = {}
         if not args.skip_failing:
             with gpu_blocker(api, namespaces):

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import difflib
 import functools
+import gc
 import os
 import pathlib
 import sys
@@ -257,6 +258,7 @@ def _finish(outcome: Any, output_format: str) -> None:
             click.echo(f"  timings: {phases}")
         for warning in outcome.warnings:
             click.echo(f"  warning: {warning}")
+    gc.freeze()  # leave what was allocated so far out of the interpreter's exit collections (~70 ms)
     sys.exit(int(outcome.exit_code))
 
 

@@ -133,3 +133,31 @@ def test_other_tunnel_failures_are_left_to_the_health_gate(
     kube = client.connect(str(_kubeconfig(tmp_path)))
     with portforward.PortForwarder(kube, "ns", "llm-0", 8000) as forwarder:
         assert forwarder.url.startswith("http://127.0.0.1:")
+
+
+# -- the rules review matches permissions as RBAC does ------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("rule", "wanted", "granted"),
+    [
+        ({"verbs": ["get", "list"], "apiGroups": ["apps"], "resources": ["deployments"]},
+         ("list", "apps", "deployments", ""), True),
+        ({"verbs": ["get"], "apiGroups": ["apps"], "resources": ["deployments"]},
+         ("patch", "apps", "deployments", ""), False),
+        ({"verbs": ["*"], "apiGroups": ["*"], "resources": ["*"]},
+         ("delete", "policy", "poddisruptionbudgets", ""), True),
+        ({"verbs": ["create"], "apiGroups": [""], "resources": ["pods"]}, ("create", "", "pods", "portforward"), False),
+        ({"verbs": ["create"], "apiGroups": [""], "resources": ["pods/portforward"]},
+         ("create", "", "pods", "portforward"), True),
+        ({"verbs": ["get"], "apiGroups": [""], "resources": ["*/log"]}, ("get", "", "pods", "log"), True),
+        ({"verbs": ["get"], "apiGroups": [""], "resources": ["configmaps"], "resourceNames": ["one"]},
+         ("get", "", "configmaps", ""), False),
+        ({"verbs": ["get"], "apiGroups": ["apps"], "resources": ["deployments"]},
+         ("get", "", "deployments", ""), False),
+    ],
+)  # fmt: skip
+def test_a_listed_rule_grants_what_rbac_would_grant(
+    rule: dict[str, Any], wanted: tuple[str, ...], granted: bool
+) -> None:
+    assert client._rule_grants(rule, *wanted) is granted

@@ -24,7 +24,7 @@ from kubernetes.client.exceptions import ApiException
 # The client's opener of a port-forward websocket, called with a URL built here rather than
 # through ``kubernetes.stream.portforward(CoreV1Api(...).connect_get_namespaced_pod_portforward)``:
 # that generated module holds every core/v1 operation, and importing it cost each apply about
-# 0.35 s, and freeing it at exit another 0.2 s (docs/benchmark.md, "apply next to kubectl").
+# 0.35 s, and freeing it at exit another 0.2 s (docs/benchmark.md, "Where apply's overhead goes").
 from kubernetes.stream.ws_client import portforward_call as k8s_portforward
 
 from orchestrator import errors
@@ -100,6 +100,9 @@ class PortForwarder:
         # A client of its own only for the tunnel's configuration (see _direct_unless_kubeconfig_proxy);
         # it builds each tunnel's URL and credentials header and sends no request itself.
         self._api = k8s.ApiClient(_direct_unless_kubeconfig_proxy(kube.api_client.configuration))
+        # Relay threads open tunnels in parallel; building the header may run the kubeconfig's
+        # credential plugin to refresh a token, which is done one at a time.
+        self._credentials_lock = threading.Lock()
         self._kube = kube
         self.namespace = namespace
         self.pod = pod
@@ -163,14 +166,15 @@ class PortForwarder:
         try:
             # As the generated connect_get_namespaced_pod_portforward serializes it: the same URL,
             # and the credentials header of the kubeconfig's user (a refreshed token included).
-            method, url, headers, _, _ = self._api.param_serialize(
-                "GET",
-                _PORTFORWARD_PATH,
-                path_params={"namespace": self.namespace, "name": self.pod},
-                query_params=[("ports", str(self.port))],
-                header_params={"Accept": "*/*"},
-                auth_settings=["BearerToken"],
-            )
+            with self._credentials_lock:
+                method, url, headers, _, _ = self._api.param_serialize(
+                    "GET",
+                    _PORTFORWARD_PATH,
+                    path_params={"namespace": self.namespace, "name": self.pod},
+                    query_params=[("ports", str(self.port))],
+                    header_params={"Accept": "*/*"},
+                    auth_settings=["BearerToken"],
+                )
             return k8s_portforward(self._api.configuration, method, url, headers=headers)
         except (ApiException, websocket.WebSocketException, OSError) as e:
             # The client reports a refused websocket upgrade as ApiException(status=0) whose
