@@ -47,10 +47,12 @@ from typing import TextIO
 ROOT = Path(__file__).resolve().parent.parent
 E2E = ROOT / "e2e"
 sys.path.insert(0, str(E2E / "cluster"))
+sys.path.insert(0, str(E2E / "realvllm"))
 sys.path.insert(0, str(E2E))
 import kubernetes  # noqa: E402
 import kwoksim  # noqa: E402
 import localcluster  # noqa: E402
+import server as realvllm  # noqa: E402 (e2e/realvllm: the real vLLM tier, when `make vllm` installed it)
 from deployhelpers import exists, free_port, models_volume  # noqa: E402
 
 DEPLOYCTL = Path(sys.executable).parent / "deployctl"
@@ -261,6 +263,7 @@ def cluster_state_dir() -> str:
 @dataclass
 class Simulators:
     procs: list[subprocess.Popen[bytes]] = field(default_factory=list)
+    real: tuple[int, Path, subprocess.Popen[bytes]] | None = None  # the real vLLM's port, log and process
 
     def start(self, log: Path, **flags: object) -> int:
         port = free_port()
@@ -281,6 +284,23 @@ class Simulators:
                 raise DemoFailed(f"the simulator did not start within 600 s; see {log}")
             time.sleep(0.1)
         return port
+
+    def start_real(self, log: Path) -> int:
+        """A real vLLM (the CPU build, a tiny local Llama) under the 70B model's served name; it
+        loads while the cluster starts, and wait_real() waits for /health."""
+        port = realvllm.free_port()
+        proc = realvllm.start(port, "--max-model-len", "2048", log=log, served_model_name=MODEL)
+        self.procs.append(proc)
+        self.real = (port, log, proc)
+        return port
+
+    def wait_real(self) -> None:
+        assert self.real is not None
+        port, log, proc = self.real
+        try:
+            realvllm.wait_healthy(f"http://{realvllm.HOST}:{port}", 300, proc, log)
+        except (RuntimeError, TimeoutError) as e:
+            raise DemoFailed(f"the real vLLM server did not start: {e}") from e
 
     def stop(self) -> None:
         for proc in self.procs:
@@ -347,7 +367,9 @@ def prepare_namespace(api: kubernetes.client.ApiClient, cluster: localcluster.Cl
 # --- the story ------------------------------------------------------------------------------
 
 
-def story(demo: Demo, paths: dict[str, Path], slow_port: int, good_port: int) -> None:
+def story(demo: Demo, paths: dict[str, Path], slow_port: int, good_port: int, real: Callable[[], None] | None) -> None:
+    """The chapters; ``real`` (when the real vLLM tier is installed) moves revision 1's traffic,
+    which a real vLLM served, back to the simulator once revision 1 has been looked at."""
     ns = ["-n", NAMESPACE]
 
     demo.chapter(2, "Plan: does Llama 3 70B fit four A100-80GB?")
@@ -399,6 +421,16 @@ def story(demo: Demo, paths: dict[str, Path], slow_port: int, good_port: int) ->
         ≤ 1 %) → record revision 1. Without a terminal, progress is plain timestamped lines.
         """
     )
+    if real is not None:
+        demo.say(
+            """
+            This revision is served by a real vLLM: the CPU build of vLLM 0.32 on this machine,
+            loading a tiny Llama built locally under the 70B model's served name. /health,
+            /v1/models and the smoke benchmark go through the API server's port-forward to it, and
+            the pod's log is vLLM's own start-up log, which deployctl reads back: the planner sized
+            80 GB GPUs, vLLM reports the 1 GiB CPU KV cache, and the warning says so.
+            """
+        )
     demo.deployctl(
         "apply revision 1",
         ["apply", str(paths["rev1"])],
@@ -417,6 +449,9 @@ def story(demo: Demo, paths: dict[str, Path], slow_port: int, good_port: int) ->
         code=0,
         expect=["live revision 1 (install)", "replicas: 1/1 ready", "gate: pass"],
     )
+    if real is not None:
+        real()
+        demo.say("From revision 2 on, the pods' port reaches the simulator again: its latencies are exact.")
 
     demo.chapter(5, "A good change: revision 2")
     demo.say(
@@ -589,6 +624,9 @@ def main() -> int:
             Cluster state: {state_dir} (component logs in its logs/).
             """
         )
+        if realvllm.available():  # it loads while the cluster starts
+            sims.start_real(directory / "vllm.log")
+            intro.say("The real vLLM tier is installed (`make vllm`): a real vLLM server will serve revision 1.")
         t0 = time.monotonic()
         cluster_started = bool(localcluster.status(state_dir))
         cluster = localcluster.up(state_dir)
@@ -602,12 +640,22 @@ def main() -> int:
         )
         good = sims.start(directory / "sim-good.log", **GOOD_SIM)
         slow = sims.start(directory / "sim-slow.log", **SLOW_SIM)
+        first = sims.real[0] if sims.real else good
         api = kubernetes.config.new_client_from_config(config_file=str(cluster.kubeconfig))
         remove_namespace(api)
-        prepare_namespace(api, cluster, {8000: good, 8001: slow})
+        prepare_namespace(api, cluster, {8000: first, 8001: slow})
+        back_to_simulator = None
+        if sims.real is not None:
+            sims.wait_real()
+            kwoksim.set_namespace_logs(cluster, NAMESPACE, sims.real[1])
+
+            def back_to_simulator() -> None:
+                kwoksim.forward_ports(cluster, NAMESPACE, {8000: good, 8001: slow})
+                kwoksim.set_namespace_logs(cluster, NAMESPACE, directory / "sim-good.log")
+
         paths = write_profiles(directory / "profiles")
         demo = Demo(sys.stdout, transcript, cluster.kubeconfig, directory)
-        story(demo, paths, slow_port=slow, good_port=good)
+        story(demo, paths, slow_port=slow, good_port=good, real=back_to_simulator)
     except DemoFailed as e:
         failure = str(e)
     except KeyboardInterrupt:

@@ -108,7 +108,7 @@ def format_status(data: dict[str, Any]) -> str:
     if gate:
         lines.append(f"gate: {gate.get('summary') or gate.get('verdict')}")
     check = data.get("planner")
-    if check:
+    if check and check.get("kv_tokens_observed") is not None:  # nothing to compare before vLLM has said
         lines.append(f"planner: {planner_line(check)}")
     failure = data.get("last_failure")
     if failure:
