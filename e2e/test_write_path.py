@@ -78,7 +78,7 @@ def test_an_exception_in_any_step_after_the_first_write_is_recorded_and_restored
     monkeypatch.setattr(module, attribute, _once(getattr(module, attribute), after=after, when=when))
     plans: list[object] = []
     real_plan = planner.plan
-    monkeypatch.setattr(planner, "plan", lambda prof: plans.append(prof) or real_plan(prof))
+    monkeypatch.setattr(planner, "plan", lambda prof, *rest: plans.append(prof) or real_plan(prof, *rest))
 
     result = _cli("apply", str(upgrade), "--kubeconfig", str(env.kubeconfig), "--output", "json")
 
