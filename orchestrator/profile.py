@@ -231,8 +231,8 @@ class EngineSpec(_Model):
         le=1,
         description="Share of each GPU's memory (as CUDA reports it) vLLM may use (`--gpu-memory-utilization`); "
         "`deployctl plan` sizes the KV cache from it. deployctl always passes it, so vLLM's own default never "
-        "applies; 0.9 leaves a tenth of each GPU for memory outside vLLM's budget (another process on the "
-        "GPU, say).",
+        "applies (in vLLM 0.33, 0.92 is vLLM's default); deployctl's 0.9 leaves a tenth of each GPU for memory "
+        "outside vLLM's budget (another process on the GPU, say).",
     )
     enablePrefixCaching: bool = Field(default=True, description="Reuse KV blocks of shared prompt prefixes.")
     extraArgs: list[str] = Field(
