@@ -160,7 +160,7 @@ def validate(profile_path: str, output_format: str) -> None:
     "release",
     metavar="RELEASE",
     help="Correct the memory the model does not explain by what this release's vLLM logged at start-up "
-    "(same model, GPU, vLLM version and TP; needs the cluster).",
+    "(same model, GPU, vLLM version, TP and PP; needs the cluster).",
 )
 @click.option("-n", "--namespace", default="default", show_default=True, help="The --calibrate-from release's.")
 @_cluster_options

@@ -14,6 +14,9 @@ config; the activation peak, non-torch memory and CUDA-graph estimate are modell
 start-up logs (see docs/capacity.md, and the datapoints in tests/test_planner.py that keep the model
 honest).
 
+A copy may span nodes (one pod per node): each GPU is sized for its own pipeline stage, and the layout
+findings keep tensor-parallel groups inside a node and say what crosses the network between nodes.
+
 Pure: takes a Profile, returns a Plan. Its only I/O is reading a model config through the catalog.
 """
 
@@ -54,6 +57,10 @@ HIDDEN_COPIES = 4
 # 0.24-0.27 GiB at TP=1, 2.06-2.21 GiB at TP=2 and TP=4.
 NON_TORCH_GIB_SINGLE = 0.25
 NON_TORCH_GIB_TENSOR_PARALLEL = 2.1
+# Pipeline parallelism without TP keeps the single-GPU figure: its NCCL use is one point-to-point
+# send/recv per stage boundary, with no custom all-reduce buffers, and the published PP=2, TP=1 log
+# (calibration run [4] in docs/capacity.md) matches 0.25 GiB to 0.1 % of its KV tokens; 2.1 GiB
+# would put the plan 1.4 % under it. Between nodes NCCL's network buffers sit mostly in host memory.
 
 # vLLM's CUDA-graph memory estimate (logged "Estimated CUDA graph memory: X GiB total") grows with the
 # number of layers a graph replays: 0.49 GiB for 8 layers, 0.84 for 32, 1.5-1.8 for 80 (vLLM 0.19.0,
@@ -61,6 +68,30 @@ NON_TORCH_GIB_TENSOR_PARALLEL = 2.1
 CUDA_GRAPH_GIB_BASE = 0.35
 CUDA_GRAPH_GIB_PER_LAYER = 0.016
 CUDA_GRAPHS_RESERVED_SINCE = (0, 21)
+
+# Link speeds the traffic figures use, in GB/s (10^9 bytes/s) per GPU and per direction: a ring
+# all-reduce sends and receives at once, so one direction is what bounds it. NVLink is NVIDIA's
+# per-GPU figure halved (H100/H200 SXM 900 GB/s both ways, A100 and H100 NVL's bridge 600); PCIe 4.0
+# x16 32 GB/s. Between nodes: one 400 Gb/s NIC per GPU, as HGX H100 nodes have, for InfiniBand NDR
+# and RoCE; one 100 GbE link for plain Ethernet.
+_NVLINK_GB_S: dict[str, float] = {
+    "A100-40GB": 300.0,
+    "A100-80GB": 300.0,
+    "H100-80GB": 450.0,
+    "H100-NVL": 300.0,
+    "H200": 450.0,
+}
+_NVLINK_GB_S_OTHER = 450.0
+_PCIE_GB_S = 32.0
+_NODE_LINKS: dict[str | None, tuple[str, float]] = {
+    "infiniband": ("InfiniBand NDR (400 Gb/s per GPU)", 50.0),
+    "roce": ("RoCE (400 GbE per GPU)", 50.0),
+    "ethernet": ("100 GbE over TCP", 12.5),
+    None: ("the network: at best InfiniBand NDR (400 Gb/s per GPU; hardware.nodeInterconnect is unset)", 50.0),
+}
+# The prefill pace the Ethernet figure assumes: full steps of max_num_batched_tokens per second. An
+# estimate only; the real pace depends on the model, the GPUs and the prompts.
+_PREFILL_STEPS_PER_S = 4
 
 # vLLM's default --max-num-batched-tokens for the OpenAI server (EngineArgs.get_batch_defaults): larger
 # GPUs get larger batches, except A100, where larger batches lowered throughput (vLLM PR #17885).
@@ -217,11 +248,12 @@ def calibrate(recorded_plan: Mapping[str, Any], observed_kv_tokens: int, source:
 
 
 def same_setup(recorded_plan: Mapping[str, Any], profile: profile_schema.Profile) -> bool:
-    """Whether a recorded plan is for the same model, GPU and vLLM version as ``profile`` (a
-    calibration only carries over between those)."""
+    """Whether a recorded plan is for the same model, GPU, vLLM version and split (TP and PP) as
+    ``profile`` (a calibration only carries over between those: the split decides the per-GPU share)."""
     inputs = recorded_plan.get("inputs") or {}
     current = plan(profile).inputs
-    return all(inputs.get(k) == current.get(k) for k in ("model", "gpu", "vllm_version", "tensor_parallel_size"))
+    keys = ("model", "gpu", "vllm_version", "tensor_parallel_size", "pipeline_parallel_size")
+    return all(inputs.get(k, 1 if k == "pipeline_parallel_size" else None) == current.get(k) for k in keys)
 
 
 def plan(profile: profile_schema.Profile, calibration: Calibration | None = None) -> Plan:
@@ -257,6 +289,7 @@ def plan(profile: profile_schema.Profile, calibration: Calibration | None = None
     weights_fit = weights <= budget
 
     ctx = _Context(
+        batched_tokens=batched_tokens,
         profile=profile,
         arch=arch,
         layout=layout,
@@ -311,7 +344,11 @@ def plan(profile: profile_schema.Profile, calibration: Calibration | None = None
             "kv_cache_bytes_per_element": kv_dtype_bytes,
             "tensor_parallel_size": layout.tp,
             "pipeline_parallel_size": layout.pp,
-            "gpus_per_replica": layout.tp * layout.pp,
+            "gpus_per_replica": profile.gpus_per_copy,
+            "nodes_per_copy": profile.nodes_per_copy,
+            "gpus_per_pod": profile.gpus_per_pod,
+            "gpus_per_node": hw.gpusPerNode,
+            "node_interconnect": hw.nodeInterconnect,
             "gpu": hw.gpu,
             "native_fp8": native_fp8,
             "max_model_len": eng.maxModelLen,
@@ -478,11 +515,13 @@ class _Context:
     weights: float
     weights_fit: bool
     concurrency: float
+    batched_tokens: int
 
 
 def _findings(c: _Context) -> list[Finding]:
     out: list[Finding] = []
     out += _parallelism_findings(c)
+    out += _layout_findings(c)
     out += _context_length_findings(c)
     out += _memory_findings(c)
     out += _hardware_findings(c)
@@ -518,13 +557,6 @@ def _parallelism_findings(c: _Context) -> list[Finding]:
             "a stage needs at least one layer."
         )
         out.append(Finding("pp-exceeds-layers", "invalid", msg, "engine.pipelineParallelSize"))
-    if tp * pp > hw.gpusPerNode:
-        msg = (
-            f"one model copy needs tensorParallelSize × pipelineParallelSize = {tp * pp} GPUs but a node "
-            f"has {hw.gpusPerNode}; deployctl runs a copy in one pod on one node (no multi-node plan). "
-            f"Use at most {hw.gpusPerNode} GPUs per copy (e.g. fp8 weights, smaller TP), or larger nodes."
-        )
-        out.append(Finding("exceeds-node", "error", msg, "engine.tensorParallelSize"))
     if tp > 2 and hw.interconnect == "pcie":
         msg = (
             f"tensorParallelSize {tp} over PCIe: every layer all-reduces across {tp} GPUs without "
@@ -533,6 +565,211 @@ def _parallelism_findings(c: _Context) -> list[Finding]:
         )
         out.append(Finding("tp-over-pcie", "warning", msg, "hardware.interconnect"))
     return out
+
+
+# --- multi-node layout ---------------------------------------------------------------------------
+
+
+def _nodes_for(gpus: int, gpus_per_node: int, tp: int) -> int:
+    """Nodes a copy of ``gpus`` GPUs takes by default, or 0 when that split leaves a pod of unequal
+    size or a tensor-parallel group across a node boundary."""
+    nodes = -(-gpus // gpus_per_node)
+    pod = gpus // nodes
+    return nodes if gpus % nodes == 0 and pod % tp == 0 else 0
+
+
+def _in_node_layout(c: _Context) -> tuple[int, int, int] | None:
+    """(TP, PP, nodes) for the same GPUs with every tensor-parallel group inside one node: the largest
+    valid TP up to a node's GPUs, pipeline stages for the rest."""
+    gpus, gpn = c.profile.gpus_per_copy, c.profile.hardware.gpusPerNode
+    for tp in reversed(valid_tensor_parallel_sizes(c.arch)):
+        nodes = _nodes_for(gpus, gpn, tp) if tp <= gpn and gpus % tp == 0 else 0
+        if nodes and gpus // tp <= c.arch.num_hidden_layers:
+            return tp, gpus // tp, nodes
+    return None
+
+
+def _pp_bytes_per_token(a: catalog.ModelArch) -> int:
+    # vLLM's decoder models hand the next stage the hidden state and the residual (IntermediateTensors).
+    return 2 * a.hidden_size * ACTIVATION_BYTES
+
+
+def _tp_bytes_per_token(c: _Context) -> float:
+    # Two all-reduces of the hidden state per layer (after attention, after the MLP); a ring all-reduce
+    # over n GPUs sends 2(n-1)/n of the message from each GPU.
+    tp = c.layout.tp
+    return 2 * c.layout.layers_per_gpu * c.arch.hidden_size * ACTIVATION_BYTES * 2 * (tp - 1) / tp
+
+
+def _intra_node_link(hw: profile_schema.HardwareSpec) -> tuple[str, float]:
+    if hw.interconnect == "pcie":
+        return "PCIe", _PCIE_GB_S
+    return "NVLink", _NVLINK_GB_S.get(hw.gpu or "", _NVLINK_GB_S_OTHER)
+
+
+def _tp_traffic(c: _Context) -> str:
+    """Why a tensor-parallel group belongs inside a node, in this model's numbers."""
+    a, tp, layers = c.arch, c.layout.tp, c.layout.layers_per_gpu
+    per_token, pp_bytes = _tp_bytes_per_token(c), _pp_bytes_per_token(a)
+    link_name, link = _NODE_LINKS[c.profile.hardware.nodeInterconnect]
+    nv_name, nv = _intra_node_link(c.profile.hardware)
+    seqs = c.profile.engine.maxNumSeqs
+    return (
+        "Tensor parallelism all-reduces every layer's activations twice per token, so each GPU moves "
+        f"2 × {layers} layers × {a.hidden_size} hidden × 2 bytes × 2({tp}-1)/{tp} = {per_token / 1e6:.1f} MB "
+        f"per token. Between nodes that goes over {link_name}, {link:g} GB/s each way, instead of {nv_name} "
+        f"({nv:g} GB/s each way per GPU): {per_token / link / 1e3:.0f} µs per token instead of "
+        f"{per_token / nv / 1e3:.0f} µs, {seqs * per_token / link / 1e6:.0f} ms of network time in every "
+        f"decode step of {seqs} sequences (maxNumSeqs), plus the latency of {2 * layers} all-reduces per step. "
+        "Pipeline stages across nodes send only the hidden state and residual at a stage boundary: "
+        f"2 × {a.hidden_size} × 2 bytes = {pp_bytes / KIB:g} KiB per token, {per_token / pp_bytes:.0f}× less"
+    )
+
+
+def _layout_findings(c: _Context) -> list[Finding]:
+    """How a copy's GPUs sit on nodes (one pod per node) and what crosses the network between them."""
+    prof = c.profile
+    gpus, nodes, gpn = prof.gpus_per_copy, prof.nodes_per_copy, prof.hardware.gpusPerNode
+    tp, pp = c.layout.tp, c.layout.pp
+    if gpus % nodes:
+        return [_uneven_split(c)]  # the pod size is not defined, so nothing below is either
+    pod = gpus // nodes
+    out: list[Finding] = []
+    if pod > gpn:
+        out.append(_exceeds_node(c))
+    elif nodes > 1 and gpus <= gpn:
+        msg = (
+            f"placement.nodesPerCopy {nodes} spreads a copy of {gpus} GPUs (TP × PP) over {nodes} nodes though "
+            f"one node has {gpn}: its GPUs then talk over the network instead of inside the node, and the copy "
+            f"needs {nodes} nodes free at once and stops when any of them goes. Leave placement.nodesPerCopy "
+            "unset to keep the copy on one node."
+        )
+        out.append(Finding("spans-nodes-needlessly", "warning", msg, "placement.nodesPerCopy"))
+    if tp > gpn or tp > pod or pod % tp:
+        out.append(_cross_node_tp(c, pod))
+    if nodes > 1:
+        out += _network_findings(c, nodes)
+    if nodes > 1 and pp > 1:
+        out.append(_pp_bubbles(c, nodes))
+    return out
+
+
+def _uneven_split(c: _Context) -> Finding:
+    prof = c.profile
+    gpus, nodes, gpn = prof.gpus_per_copy, prof.nodes_per_copy, prof.hardware.gpusPerNode
+    why = (
+        "placement.nodesPerCopy" if prof.placement.nodesPerCopy is not None else f"as many as {gpn} GPUs per node need"
+    )
+    options = [n for n in range(1, gpus + 1) if gpus % n == 0 and gpus // n <= gpn]
+    return Finding(
+        "uneven-node-split",
+        "invalid",
+        f"tensorParallelSize × pipelineParallelSize = {gpus} GPUs do not split evenly over {nodes} nodes ({why}): "
+        "every node of a copy runs one pod, and the pods request the same number of GPUs. Use "
+        f"placement.nodesPerCopy {_join(options)}, or a pipelineParallelSize that makes TP × PP a multiple "
+        f"of {nodes}.",
+        "placement.nodesPerCopy",
+    )
+
+
+def _exceeds_node(c: _Context) -> Finding:
+    prof = c.profile
+    gpus, nodes, gpn, tp = prof.gpus_per_copy, prof.nodes_per_copy, prof.hardware.gpusPerNode, c.layout.tp
+    fits = [n for n in range(nodes + 1, gpus + 1) if gpus % n == 0 and gpus // n <= gpn]
+    whole_groups = [n for n in fits if (gpus // n) % tp == 0]
+    fix = (whole_groups or fits)[0]
+    return Finding(
+        "exceeds-node",
+        "error",
+        f"placement.nodesPerCopy {nodes} puts {gpus // nodes} GPUs in each pod of the copy (TP × PP = {gpus} "
+        f"over {nodes} node{'s' if nodes > 1 else ''}) but a node has {gpn}: the pods can never be scheduled. "
+        f"Use placement.nodesPerCopy {fix} ({gpus // fix} GPUs on each node).",
+        "placement.nodesPerCopy",
+    )
+
+
+def _cross_node_tp(c: _Context, pod: int) -> Finding:
+    prof = c.profile
+    tp, gpn, nodes = c.layout.tp, prof.hardware.gpusPerNode, prof.nodes_per_copy
+    if tp > gpn:
+        where = f"tensorParallelSize {tp} needs {tp} GPUs in one tensor-parallel group but a node has {gpn}"
+    elif tp > pod:
+        where = (
+            f"tensorParallelSize {tp} needs {tp} GPUs in one tensor-parallel group but each of the copy's "
+            f"{nodes} pods (one per node) has {pod}"
+        )
+    else:
+        where = f"the copy's pods have {pod} GPUs each, which {tp}-GPU tensor-parallel groups do not divide"
+    where += ", so the group spans nodes"
+    if prof.engine.allowCrossNodeTP:
+        msg = (
+            f"{where} (engine.allowCrossNodeTP is set). {_tp_traffic(c)}. Expect decoding far slower than in one node."
+        )
+        return Finding("cross-node-tp-allowed", "warning", msg, "engine.tensorParallelSize")
+    better = _in_node_layout(c)
+    if better is None:
+        fix = "no split of these GPUs keeps tensor-parallel groups inside nodes; use GPUs per copy a node holds"
+    else:
+        b_tp, b_pp, b_nodes = better
+        fix = (
+            f"use tensorParallelSize {b_tp} and pipelineParallelSize {b_pp} ({b_nodes} node"
+            f"{'s' if b_nodes > 1 else ''} × {b_tp * b_pp // b_nodes} GPUs, tensor parallelism inside each node)"
+        )
+    msg = f"{where}. {_tp_traffic(c)}. Fix: {fix}, or set engine.allowCrossNodeTP to accept the slowdown."
+    return Finding("cross-node-tp", "error", msg, "engine.tensorParallelSize")
+
+
+def _network_findings(c: _Context, nodes: int) -> list[Finding]:
+    hw, a, pp = c.profile.hardware, c.arch, c.layout.pp
+    pp_bytes = _pp_bytes_per_token(a)
+    if hw.nodeInterconnect is None:
+        msg = (
+            f"this copy spans {nodes} nodes but hardware.nodeInterconnect is unset. Pipeline stages hand every "
+            f"token's hidden state and residual ({pp_bytes / KIB:g} KiB) to the next node, and vLLM waits on "
+            "each hand-over: the nodes need an RDMA fabric, InfiniBand or RoCE, with GPUDirect RDMA, so NCCL "
+            "moves activations between GPU memory and the NIC without a copy through host memory and the "
+            "kernel's TCP stack. Set hardware.nodeInterconnect (infiniband, roce or ethernet) to the link the "
+            "nodes have."
+        )
+        return [Finding("node-interconnect-unset", "warning", msg, "hardware.nodeInterconnect")]
+    if hw.nodeInterconnect != "ethernet" or pp == 1:
+        return []
+    bt = c.batched_tokens
+    step = bt * pp_bytes
+    eth, ib = _NODE_LINKS["ethernet"][1], _NODE_LINKS["infiniband"][1]
+    rate = _PREFILL_STEPS_PER_S * bt * pp_bytes / 1e9
+    msg = (
+        f"pipeline stages of this copy pass activations over plain Ethernet (hardware.nodeInterconnect "
+        f"ethernet; assumed 100 GbE, {eth:g} GB/s, through NCCL's TCP sockets). Each stage boundary carries "
+        f"the hidden state and residual, {pp_bytes / KIB:g} KiB per token: a full prefill step of {bt} tokens "
+        f"(maxNumBatchedTokens) moves {step / (1 << 20):.0f} MiB across it, {step / eth / 1e6:.0f} ms at line "
+        f"rate, which NCCL's socket transport seldom reaches, against {step / ib / 1e6:.0f} ms over InfiniBand "
+        f"NDR. At an estimated {_PREFILL_STEPS_PER_S} such steps a second "
+        f"({_PREFILL_STEPS_PER_S * bt:,} tokens/s) that is {rate:.1f} GB/s, {rate / eth:.0%} of the link. "
+        "Fine for trials; for production use InfiniBand or RoCE with GPUDirect RDMA."
+    )
+    return [Finding("pp-over-ethernet", "warning", msg, "hardware.nodeInterconnect")]
+
+
+def _pp_bubbles(c: _Context, nodes: int) -> Finding:
+    eng, a = c.profile.engine, c.arch
+    tp, pp, seqs = c.layout.tp, c.layout.pp, eng.maxNumSeqs
+    idle = seqs < pp
+    msg = (
+        f"pipelineParallelSize {pp} across {nodes} nodes: vLLM keeps up to {pp} batches in flight, one per "
+        f"stage, and a request rides in one of them, so maxNumSeqs {seqs} makes micro-batches of at most "
+        f"{-(-seqs // pp)} sequences. "
+        + (
+            f"With maxNumSeqs below {pp} some stage always waits idle: raise it. "
+            if idle
+            else f"With fewer than {pp} requests running some stage waits idle; throughput grows with concurrency. "
+        )
+        + f"A single request gets no faster: its tokens pass the {pp} stages in turn "
+        f"({c.layout.layers_per_gpu} layers each) and cross {nodes - 1} network hop"
+        f"{'s' if nodes > 2 else ''} per token, so it decodes at best as fast as one {tp}-GPU group running "
+        f"all {a.num_hidden_layers} layers."
+    )
+    return Finding("pp-bubbles", "warning" if idle else "info", msg, "engine.pipelineParallelSize")
 
 
 def _context_length_findings(c: _Context) -> list[Finding]:
@@ -563,15 +800,31 @@ def _memory_findings(c: _Context) -> list[Finding]:
 def _weights_do_not_fit(c: _Context) -> Finding:
     eng, a = c.profile.engine, c.arch
 
-    # The smallest valid TP whose weights leave room for anything at all.
-    def weights_gib(tp: int) -> float:
-        layout = _Layout(a, tp, eng.pipelineParallelSize, c.layout.weight_bytes, c.layout.kv_bytes)
-        return _weights_bytes_per_gpu(layout) / GIB
+    gpn = c.profile.hardware.gpusPerNode
 
-    bigger = [
-        tp for tp in valid_tensor_parallel_sizes(a) if tp > eng.tensorParallelSize and weights_gib(tp) < 0.8 * c.budget
-    ]
-    fix = f"use tensorParallelSize {bigger[0]}" if bigger else "use more GPUs per copy"
+    def roomy(tp: int, pp: int) -> bool:  # weights that leave room for anything at all
+        layout = _Layout(a, tp, pp, c.layout.weight_bytes, c.layout.kv_bytes)
+        return _weights_bytes_per_gpu(layout) / GIB < 0.8 * c.budget
+
+    # The smallest valid TP inside one node, else that node's TP with more pipeline stages across nodes.
+    in_node = [tp for tp in valid_tensor_parallel_sizes(a) if tp <= gpn]
+    bigger = [tp for tp in in_node if tp > eng.tensorParallelSize and roomy(tp, eng.pipelineParallelSize)]
+    fix = "use more GPUs per copy"
+    if bigger:
+        fix = f"use tensorParallelSize {bigger[0]}"
+    elif in_node:
+        tp = in_node[-1]
+        stages = [
+            pp
+            for pp in range(eng.pipelineParallelSize + 1, a.num_hidden_layers + 1)
+            if _nodes_for(tp * pp, gpn, tp) and roomy(tp, pp)
+        ]
+        if stages:
+            nodes = _nodes_for(tp * stages[0], gpn, tp)
+            fix = (
+                f"use tensorParallelSize {tp} × pipelineParallelSize {stages[0]} "
+                f"({nodes} node{'s' if nodes > 1 else ''} per copy)"
+            )
     return Finding(
         "weights-do-not-fit",
         "error",

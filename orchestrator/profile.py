@@ -234,6 +234,12 @@ class EngineSpec(_Model):
         "applies (in vLLM 0.33, 0.92 is vLLM's default); deployctl's 0.9 leaves a tenth of each GPU for memory "
         "outside vLLM's budget (another process on the GPU, say).",
     )
+    allowCrossNodeTP: bool = Field(
+        default=False,
+        description="Accept a layout whose tensor-parallel group spans nodes. Off: the planner refuses it when "
+        "pipeline stages across nodes would do, because tensor parallelism all-reduces every layer's "
+        "activations, which the network between nodes is 10-20x too slow for (docs/multinode.md).",
+    )
     enablePrefixCaching: bool = Field(default=True, description="Reuse KV blocks of shared prompt prefixes.")
     extraArgs: list[str] = Field(
         default_factory=list,
@@ -303,10 +309,20 @@ class HardwareSpec(_Model):
     )
     fp8: bool | None = Field(default=None, description="Override: whether the GPU has native fp8.")
     gpusPerNode: int = Field(
-        default=8, ge=1, le=64, description="GPUs on one node; TP × PP above this needs a multi-node plan."
+        default=8,
+        ge=1,
+        le=64,
+        description="GPUs on one node; a copy needing more (TP × PP) spans nodes, with pipeline stages "
+        "across them (placement.nodesPerCopy).",
     )
     interconnect: Literal["nvlink", "pcie"] = Field(
         default="nvlink", description="GPU-to-GPU link inside a node; TP > 2 over PCIe is slow."
+    )
+    nodeInterconnect: Literal["infiniband", "roce", "ethernet"] | None = Field(
+        default=None,
+        description="Link between the nodes of a copy that spans nodes: InfiniBand or RoCE (RDMA) carries "
+        "pipeline stages well; plain Ethernet makes the planner warn. Unset on a multi-node copy: the "
+        "planner asks for it.",
     )
 
     @pydantic.field_validator("gpu")
@@ -367,6 +383,27 @@ class PlacementSpec(_Model):
         default=None,
         description="RuntimeClass of the pods (e.g. `nvidia` where the GPU operator sets one up).",
     )
+    nodesPerCopy: int | None = Field(
+        default=None,
+        ge=1,
+        le=64,
+        description="Nodes one model copy spans, one pod on each. Unset: 1 when tensorParallelSize × "
+        "pipelineParallelSize fits hardware.gpusPerNode, else as many nodes as that needs. More than 1 "
+        "renders a group (groupEngine) instead of a Deployment.",
+    )
+    groupEngine: Literal["kuberay", "lws"] = Field(
+        default="kuberay",
+        description="What runs a copy that spans nodes: `kuberay` (one RayCluster per copy, vLLM's Ray backend; "
+        "KubeRay's ray-operator must be installed) or `lws` (a LeaderWorkerSet, vLLM's multiprocessing "
+        "multi-node backend; the LeaderWorkerSet controller must be installed).",
+    )
+    topologyKey: str | None = Field(
+        default=None,
+        description="Node label whose value every node of one copy must share (a rack, fabric or "
+        "network-domain label, e.g. `network.example.com/fabric`): preflight counts nodes per domain and the "
+        "scheduler keeps a copy's pods inside one. Unset: any nodes.",
+        examples=["topology.kubernetes.io/zone"],
+    )
 
     @pydantic.field_validator("podLabels")
     @classmethod
@@ -388,6 +425,14 @@ class RolloutSpec(_Model):
     )
     progressDeadlineSeconds: int = Field(
         default=1800, ge=60, description="Deployment progress deadline; 70B models take minutes to load."
+    )
+    groupJoinSeconds: int = Field(
+        default=600,
+        ge=10,
+        le=86_400,
+        description="For a copy that spans nodes: how long its workers may take to join the head (Ray "
+        "registration, or the multiprocessing rendezvous) once their pods run, before the copy is reported "
+        "`group_incomplete`. vLLM starts serving only after every worker joined.",
     )
     revisionHistory: int = Field(
         default=10,
@@ -528,8 +573,25 @@ class Profile(_Model):
         return None
 
     @property
-    def gpus_per_pod(self) -> int:
+    def gpus_per_copy(self) -> int:
+        """GPUs one model copy holds: tensor-parallel × pipeline-parallel size."""
         return self.engine.tensorParallelSize * self.engine.pipelineParallelSize
+
+    @property
+    def nodes_per_copy(self) -> int:
+        """Nodes one copy spans: placement.nodesPerCopy, else as many as its GPUs need."""
+        if self.placement.nodesPerCopy is not None:
+            return self.placement.nodesPerCopy
+        return -(-self.gpus_per_copy // self.hardware.gpusPerNode)
+
+    @property
+    def multi_node(self) -> bool:
+        return self.nodes_per_copy > 1
+
+    @property
+    def gpus_per_pod(self) -> int:
+        """GPUs each pod of a copy requests (one pod per node); the planner refuses uneven splits."""
+        return -(-self.gpus_per_copy // self.nodes_per_copy)
 
     @property
     def nvlink_required(self) -> bool:

@@ -37,6 +37,9 @@ def make_profile(
     extra_args: tuple[str, ...] = (),
     gpus_per_node: int = 8,
     interconnect: str = "nvlink",
+    node_interconnect: str | None = None,
+    nodes_per_copy: int | None = None,
+    allow_cross_node_tp: bool = False,
 ) -> profile_schema.Profile:
     model: dict[str, Any] = {"name": "m", "source": {"pvc": "models"}, "weightsDtype": weights_dtype}
     if architecture:
@@ -44,7 +47,7 @@ def make_profile(
     else:
         model["config"] = config
     hardware: dict[str, Any] = {"gpusPerNode": gpus_per_node, "interconnect": interconnect}
-    for key, value in (("gpu", gpu), ("memoryGiB", memory_gib), ("fp8", fp8)):
+    for key, value in (("gpu", gpu), ("memoryGiB", memory_gib), ("fp8", fp8), ("nodeInterconnect", node_interconnect)):
         if value is not None:
             hardware[key] = value
     engine: dict[str, Any] = {
@@ -57,6 +60,7 @@ def make_profile(
         "kvCacheDtype": kv_cache_dtype,
         "gpuMemoryUtilization": utilization,
         "extraArgs": list(extra_args),
+        "allowCrossNodeTP": allow_cross_node_tp,
     }
     if max_batched_tokens is not None:
         engine["maxNumBatchedTokens"] = max_batched_tokens
@@ -68,6 +72,8 @@ def make_profile(
         "engine": engine,
         "hardware": hardware,
     }
+    if nodes_per_copy is not None:
+        doc["placement"] = {"nodesPerCopy": nodes_per_copy}
     profile = profile_schema.Profile.model_validate(doc)
     profile._base_dir = DATA
     return profile
@@ -431,9 +437,12 @@ def test_max_num_seqs_above_full_context_capacity_warns_with_fp8_and_shorter_con
     assert plan.fits
 
 
-def test_tp_times_pp_above_gpus_per_node_is_an_error() -> None:
-    f = codes(planner.plan(make_profile(architecture="llama-3-70b", tp=4, pp=2, gpus_per_node=4)))["exceeds-node"]
-    assert f.severity == "error" and "8 GPUs" in f.message
+def test_tp_times_pp_above_gpus_per_node_spans_nodes_with_stages_across_them() -> None:
+    # No longer refused: TP=4 fills each 4-GPU node and the two pipeline stages sit one per node.
+    plan = planner.plan(make_profile(architecture="llama-3-70b", tp=4, pp=2, gpus_per_node=4, node_interconnect="roce"))
+    assert (plan.inputs["nodes_per_copy"], plan.inputs["gpus_per_pod"], plan.inputs["gpus_per_replica"]) == (2, 4, 8)
+    assert {"exceeds-node", "cross-node-tp", "uneven-node-split"}.isdisjoint(codes(plan))
+    assert plan.fits
 
 
 def test_tp_above_two_over_pcie_warns() -> None:
