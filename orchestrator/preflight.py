@@ -7,12 +7,18 @@ replaced) and refuses a profile no node can ever host. "Is there room for one mo
 now?" counts them as used, and picks the Deployment strategy: a RollingUpdate with maxSurge 1 on
 a cluster without a spare slot leaves the surge pod Pending forever (design.md, "Rollout on
 scarce GPUs"), so we replace one pod at a time instead and say plainly when that means downtime.
+
+A copy that spans nodes (a group: one pod per node, run by KubeRay or a LeaderWorkerSet) needs
+``nodes_per_copy`` distinct eligible nodes, all in one placement.topologyKey domain when that is
+set, so slots are counted as whole copies per domain (`copies_that_fit`). A group must never run
+two revisions at once, so it is never updated pod by pod: the new groups start beside the old
+ones when a whole new set fits in the spare GPUs, else the old groups go first, which is downtime.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from orchestrator import catalog, conventions, errors, profile
@@ -27,6 +33,8 @@ _BLOCKING_EFFECTS = ("NoSchedule", "NoExecute")
 _TERMINATED_PHASES = ("Succeeded", "Failed")
 # How many node names one sentence lists before it says "and N more".
 _NAMES_SHOWN = 4
+# The one domain of a copy that fits on a node, or of a profile without placement.topologyKey.
+_ALL = "all"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -48,14 +56,28 @@ class NodeReport:
 
 @dataclasses.dataclass(frozen=True)
 class Preflight:
-    """The verdict: placement, free replica slots and the Deployment strategy, or why we refuse."""
+    """The verdict: placement, free replica slots and the rollout strategy, or why we refuse.
+
+    A replica is one model copy; for a copy that spans nodes (``copy_nodes`` > 1) the slots count
+    whole copies. ``strategy_name`` for a single-node copy (a Deployment; ``strategy`` is its
+    spec.strategy): surge (one extra pod first), one-at-a-time (an old pod stops before its
+    replacement starts) or recreate (every old pod stops first). For groups (``strategy`` is {}:
+    render takes no Deployment strategy): install (nothing running is replaced: a first install, or
+    an update that leaves the pods as they are), surge (a whole new set of rollout.replicas groups
+    starts beside the old ones, which are deleted once the new pass the gate) or replace (the old
+    groups are deleted before the new ones start: downtime, allowed only with rollout.allowDowntime).
+    """
 
     nodes: list[NodeReport]
     eligible_nodes: list[str]
+    copy_nodes: int  # nodes one copy spans, one pod on each (profile.nodes_per_copy)
+    # Eligible nodes by placement.topologyKey value, all in name order; a copy's pods share one
+    # domain. One domain "all" when the key is unset or a copy fits on one node.
+    domains: dict[str, list[str]]
     spare_slots: int  # replicas that fit beside everything running now, this release's pods included
     capacity_slots: int  # replicas that fit once this release's own pods are gone
-    strategy: dict[str, Any]  # Deployment.spec.strategy
-    strategy_name: str  # surge | one-at-a-time | recreate
+    strategy: dict[str, Any]  # Deployment.spec.strategy; {} for groups
+    strategy_name: str  # surge | one-at-a-time | recreate; for groups install | surge | replace
     downtime: bool  # the update leaves no replica serving for a while
     warnings: list[str]
     refusal: str | None  # one paragraph: the need, the best candidates and the fix
@@ -64,6 +86,8 @@ class Preflight:
         return {
             "nodes": [n.to_json() for n in self.nodes],
             "eligible_nodes": self.eligible_nodes,
+            "copy_nodes": self.copy_nodes,
+            "domains": self.domains,
             "spare_slots": self.spare_slots,
             "capacity_slots": self.capacity_slots,
             "strategy": self.strategy,
@@ -85,6 +109,8 @@ def check(
     name, gpp, replicas = prof.metadata.name, prof.gpus_per_pod, prof.rollout.replicas
     used, own = _gpus_by_node(pods, prof.metadata.namespace, name)
     reports = [_judge(prof, node, used, own) for node in nodes]
+    if prof.multi_node:
+        return _check_groups(prof, nodes, reports, deployment_exists)
     eligible = [r for r in reports if r.eligible]
     spare = sum(r.gpus_free // gpp for r in eligible)
     capacity = sum((r.gpus_free + r.gpus_release) // gpp for r in eligible)
@@ -118,6 +144,8 @@ def check(
     return Preflight(
         nodes=reports,
         eligible_nodes=[r.name for r in eligible],
+        copy_nodes=1,
+        domains={_ALL: [r.name for r in eligible]},
         spare_slots=spare,
         capacity_slots=capacity,
         strategy=conventions.strategy_spec(strategy_name),
@@ -154,6 +182,200 @@ def gpu_pools(
     return [pools[k] for k in sorted(pools)]
 
 
+# --- copies that span nodes -------------------------------------------------------------------
+
+
+def copies_that_fit(slots: Iterable[int], nodes_per_copy: int) -> int:
+    """The most copies of ``nodes_per_copy`` pods, each pod of a copy on a different node, that
+    nodes with ``slots`` free pod slots each can hold (one domain: the caller splits by topology).
+
+    k copies fit exactly when sum(min(s, k)) >= k × nodes_per_copy. Necessary: a node gives each
+    copy at most one pod, so at most min(s, k) of its slots. Sufficient: deal those usable slots,
+    node after node, round-robin onto the k copies; a node's run of at most k slots never lands
+    twice on one copy. The left side minus the right is concave in k and 0 at k = 0, so the k that
+    fit are 0..K and counting up stops at the first that does not.
+    """
+    if nodes_per_copy < 1:
+        raise ValueError(f"nodes_per_copy must be at least 1, not {nodes_per_copy}")
+    usable = [s for s in slots if s > 0]
+    k = 0
+    while sum(min(s, k + 1) for s in usable) >= (k + 1) * nodes_per_copy:
+        k += 1
+    return k
+
+
+def _check_groups(
+    prof: profile.Profile, nodes: list[dict[str, Any]], reports: list[NodeReport], deployment_exists: bool
+) -> Preflight:
+    """`check` for a copy that spans nodes: slots are whole copies, counted per topology domain."""
+    name, gpp, m, replicas = prof.metadata.name, prof.gpus_per_pod, prof.nodes_per_copy, prof.rollout.replicas
+    key = prof.placement.topologyKey
+    # An eligible node has the key's label (_judge), so every one lands in a domain.
+    domain_of = {_name(n): _labels(n).get(key, "") if key is not None else _ALL for n in nodes}
+    eligible = [r for r in reports if r.eligible]
+    domains: dict[str, list[NodeReport]] = {}
+    for r in sorted(eligible, key=lambda r: (domain_of[r.name], r.name)):
+        domains.setdefault(domain_of[r.name], []).append(r)
+
+    def fit(slots: Callable[[NodeReport], int]) -> dict[str, int]:
+        return {d: copies_that_fit((slots(r) for r in rs), m) for d, rs in domains.items()}
+
+    ever = fit(lambda r: r.gpus_total // gpp)
+    capacity = sum(fit(lambda r: (r.gpus_free + r.gpus_release) // gpp).values())
+    spare_by_domain = fit(lambda r: r.gpus_free // gpp)
+    spare = sum(spare_by_domain.values())
+
+    warnings: list[str] = []
+    refusal: str | None = None
+    if not eligible:
+        refusal = _no_node_refusal(prof, reports)
+    elif sum(ever.values()) == 0:
+        refusal = _no_copy_refusal(prof, reports, domain_of)
+    elif sum(ever.values()) < replicas:
+        most = sum(ever.values())
+        per_domain = ""
+        if key is not None:
+            per_domain = f" (per {key} domain: " + ", ".join(f"{d} {n}" for d, n in ever.items()) + ")"
+        refusal = (
+            f"{name} needs {replicas} copies of {m} nodes with {gpp} GPUs each, but the eligible nodes "
+            f"({_names(r.name for r in eligible)}) can hold at most {most} even with nothing else running"
+            f"{per_domain}. Lower rollout.replicas to {most} or add nodes that meet the placement."
+        )
+    elif capacity < replicas:
+        warnings.append(
+            f"only {capacity} of {replicas} copies can be scheduled now; the rest will stay Pending until GPUs "
+            f"free up on {_names(r.name for r in eligible)}, and the pods of a partly scheduled copy hold "
+            "their GPUs meanwhile"
+        )
+
+    strategy_name, downtime, strategy_refusal = _group_strategy(
+        prof, domains, spare_by_domain, deployment_exists and bool(domains)
+    )
+    refusal = refusal or strategy_refusal
+    if downtime and refusal is None:
+        warnings.append(
+            f"this update deletes {name}'s running groups before the new ones start; nothing serves until a new "
+            "copy is ready (rollout.allowDowntime is true)"
+        )
+    return Preflight(
+        nodes=reports,
+        eligible_nodes=[r.name for r in eligible],
+        copy_nodes=m,
+        domains={d: [r.name for r in rs] for d, rs in domains.items()},
+        spare_slots=spare,
+        capacity_slots=capacity,
+        strategy={},
+        strategy_name=strategy_name,
+        downtime=downtime,
+        warnings=warnings,
+        refusal=refusal,
+    )
+
+
+def _group_strategy(
+    prof: profile.Profile,
+    domains: dict[str, list[NodeReport]],
+    spare_by_domain: dict[str, int],
+    replaces: bool,
+) -> tuple[str, bool, str | None]:
+    """(strategy name, downtime, refusal) for groups; ``replaces``: running groups would change.
+
+    Never pod by pod: the pods of one copy exchange activations every step and must run one
+    revision. A surge needs room for all new copies at once, because the old ones keep serving
+    until every new one has passed the gate. As for a Deployment, auto surges when there is room,
+    surge refuses when there is none, and no-surge and recreate never take extra GPUs; replacing
+    the groups whole is downtime, which only rollout.allowDowntime accepts.
+    """
+    rollout, name, gpp, m = prof.rollout, prof.metadata.name, prof.gpus_per_pod, prof.nodes_per_copy
+    if not replaces:
+        return "install", False, None
+    wanted, replicas = rollout.strategy, rollout.replicas
+    spare = sum(spare_by_domain.values())
+    if spare >= replicas and wanted in ("auto", "surge"):
+        return "surge", False, None
+    if rollout.allowDowntime and wanted != "surge":
+        return "replace", True, None
+    outage = "nothing serves until a new copy has loaded the model"
+    if spare >= replicas:  # no-surge or recreate, although a surge would fit
+        return (
+            "replace",
+            True,
+            (
+                f"Updating {name} would take it offline: rollout.strategy {wanted} deletes every group of {name} "
+                f"before the new ones start, and {outage}. To proceed, use strategy auto (there is room to "
+                "surge now), or set rollout.allowDowntime: true to accept the outage."
+            ),
+        )
+    missing = _nodes_short(domains, spare_by_domain, m, gpp, replicas)
+    key, nodes = prof.placement.topologyKey, sum(missing.values())
+    where = f" in {', '.join(f'{d} ({n})' for d, n in missing.items())}" if key is not None else ""
+    shape = f"{m} nodes with {gpp} free GPUs each" + (f", in one {key} domain" if key is not None else "")
+    room = (
+        f"A surge starts {replicas} new {_copies(replicas)} ({shape}) beside the old groups, and {spare} "
+        f"{'fits' if spare == 1 else 'fit'} now ({_free_text([r for rs in domains.values() for r in rs])}); "
+        f"{nodes} more eligible {'node' if nodes == 1 else 'nodes'} with {gpp} free GPUs ({nodes * gpp} GPUs)"
+        f"{where} would make room."
+    )
+    if wanted == "surge":
+        return (
+            "surge",
+            False,
+            (
+                f"rollout.strategy surge cannot update {name}: the new groups would stay Pending forever and the "
+                f"rollout would never finish. {room} Free those nodes, or use strategy auto with "
+                "rollout.allowDowntime: true to replace the groups."
+            ),
+        )
+    if wanted in ("no-surge", "recreate"):
+        cause = f"rollout.strategy {wanted} deletes every group of {name} before the new ones start"
+    else:
+        cause = (
+            f"a copy spans {m} nodes and must never run two revisions, so its groups are replaced whole; with "
+            "no room for the new groups beside the old ones, the old are deleted first"
+        )
+    return (
+        "replace",
+        True,
+        (
+            f"Updating {name} would take it offline: {cause}, and {outage}. {room} To proceed, free "
+            f"{nodes} eligible {'node' if nodes == 1 else 'nodes'} ({nodes * gpp} GPUs){where}, or set "
+            "rollout.allowDowntime: true to accept the outage."
+        ),
+    )
+
+
+def _copies(n: int) -> str:
+    return "copy" if n == 1 else "copies"
+
+
+def _nodes_short(
+    domains: dict[str, list[NodeReport]], spare_by_domain: dict[str, int], m: int, gpp: int, want: int
+) -> dict[str, int]:
+    """The fewest nodes with ``gpp`` free GPUs to add (or free), by domain, for ``want`` spare copies.
+
+    Per domain, the nodes that c more copies need (at most c × m: c fresh copies); then the cheapest
+    split of the missing copies over the domains.
+    """
+    need = want - sum(spare_by_domain.values())
+    # best[c]: (nodes, nodes by domain) for c more copies over the domains seen so far.
+    best: dict[int, tuple[int, dict[str, int]]] = {0: (0, {})}
+    for domain, rs in domains.items():
+        slots = [r.gpus_free // gpp for r in rs]
+        cost, added = [0], 0
+        for more in range(1, need + 1):
+            while copies_that_fit(slots + [1] * added, m) < spare_by_domain[domain] + more:
+                added += 1
+            cost.append(added)
+        merged: dict[int, tuple[int, dict[str, int]]] = {}
+        for have, (nodes, split) in best.items():
+            for more in range(need - have + 1):
+                total = nodes + cost[more]
+                if have + more not in merged or total < merged[have + more][0]:
+                    merged[have + more] = (total, split | ({domain: cost[more]} if cost[more] else {}))
+        best = merged
+    return best[need][1]
+
+
 # --- per node ---------------------------------------------------------------------------------
 
 
@@ -183,7 +405,12 @@ def _judge(prof: profile.Profile, node: Mapping[str, Any], used: dict[str, int],
             )
             reasons.append(f"missing NVLink label {nv_key}={nv_value} ({why})")
         if total < prof.gpus_per_pod:
-            reasons.append(f"only {total} allocatable GPUs but a replica needs {prof.gpus_per_pod}")
+            needs = "each pod of a copy needs" if prof.multi_node else "a replica needs"
+            reasons.append(f"only {total} allocatable GPUs but {needs} {prof.gpus_per_pod}")
+        key = prof.placement.topologyKey
+        # One node is always one domain: the key only constrains a copy that spans nodes.
+        if prof.multi_node and key is not None and key not in labels:
+            reasons.append(f"no {key} label (placement.topologyKey)")
     for key, value in prof.placement.nodeSelector.items():
         if key not in labels:
             reasons.append(f"nodeSelector label {key}={value} missing")
@@ -355,23 +582,14 @@ def _strategy(
 
 def _no_node_refusal(prof: profile.Profile, reports: list[NodeReport]) -> str:
     """Name the need, the closest nodes and why each falls short, grouped so large clusters stay short."""
-    name, gpp = prof.metadata.name, prof.gpus_per_pod
+    name = prof.metadata.name
     if not reports:
         return f"No node can host {name}: the cluster reports no nodes."
-    parallel = f"TP={prof.engine.tensorParallelSize}"
-    if prof.engine.pipelineParallelSize > 1:
-        parallel += f" × PP={prof.engine.pipelineParallelSize}"
-    need = f"{gpp} GPUs ({parallel})"
-    if prof.placement.matchGpuProduct and prof.hardware.gpu is not None:
-        need += f" of product {prof.hardware.gpu}"
-    need += " on one node"
-    constraints = [f"{k}={v}" for k, v in prof.placement.nodeSelector.items()]
-    if prof.nvlink_required:
-        constraints.insert(0, f"{prof.placement.nvlinkLabel.key}={prof.placement.nvlinkLabel.value}")
-    if constraints:
-        need += " with " + ", ".join(constraints)
-
-    sentences = [f"No node can ever host a replica of {name}: it needs {need}."]
+    need = _need_text(prof)
+    if prof.multi_node:
+        sentences = [f"No node can ever host a pod of {name}: each copy needs {need}."]
+    else:
+        sentences = [f"No node can ever host a replica of {name}: it needs {need}."]
     # Nodes that fail only on GPU count are the closest candidates: name the largest.
     count_only = [r for r in reports if len(r.reasons) == 1 and r.reasons[0].startswith("only ")]
     shown: set[str] = set()
@@ -380,19 +598,91 @@ def _no_node_refusal(prof: profile.Profile, reports: list[NodeReport]) -> str:
         best = [r.name for r in count_only if r.gpus_total == most]
         shown.update(best)
         sentences.append(f"The largest node that meets everything else ({_names(best)}) has {most} GPUs.")
-    groups: dict[tuple[str, ...], list[str]] = {}
-    for r in sorted(reports, key=lambda r: (len(r.reasons), -r.gpus_total, r.name)):
-        if r.name not in shown:
-            groups.setdefault(r.reasons, []).append(r.name)
-    if groups:
-        sentences.append(
-            "Excluded: " + "; ".join(f"{_names(names)}: {', '.join(why)}" for why, names in groups.items()) + "."
-        )
+    excluded = _excluded_text([r for r in reports if r.name not in shown])
+    if excluded:
+        sentences.append(f"Excluded: {excluded}.")
     sentences.append(
-        "Fix the profile to fit an existing node (engine.tensorParallelSize, hardware.gpu, placement) "
-        "or add a node that meets the need."
+        "Fix the profile to fit an existing node (engine.tensorParallelSize, "
+        + ("engine.pipelineParallelSize, " if prof.multi_node else "")
+        + "hardware.gpu, placement) or add a node that meets the need."
     )
     return " ".join(sentences)
+
+
+def _need_text(prof: profile.Profile) -> str:
+    """What one copy needs, e.g. "8 GPUs (TP=8) of product H100-80GB on one node with deployctl.dev/nvlink=true"."""
+    gpp, m = prof.gpus_per_pod, prof.nodes_per_copy
+    parallel = f"TP={prof.engine.tensorParallelSize}"
+    if prof.engine.pipelineParallelSize > 1:
+        parallel += f" × PP={prof.engine.pipelineParallelSize}"
+    need = f"{m} nodes with {gpp} GPUs each ({parallel})" if prof.multi_node else f"{gpp} GPUs ({parallel})"
+    if prof.placement.matchGpuProduct and prof.hardware.gpu is not None:
+        need += f" of product {prof.hardware.gpu}"
+    if not prof.multi_node:
+        need += " on one node"
+    constraints = [f"{k}={v}" for k, v in prof.placement.nodeSelector.items()]
+    if prof.nvlink_required:
+        constraints.insert(0, f"{prof.placement.nvlinkLabel.key}={prof.placement.nvlinkLabel.value}")
+    if constraints:
+        need += " with " + ", ".join(constraints)
+    if prof.multi_node and prof.placement.topologyKey is not None:
+        need += f", all with one {prof.placement.topologyKey} value"
+    return need
+
+
+def _no_copy_refusal(prof: profile.Profile, reports: list[NodeReport], domain_of: dict[str, str]) -> str:
+    """Some nodes can host a pod, but too few of them together (in one domain) for a whole copy."""
+    name, gpp, m, key = prof.metadata.name, prof.gpus_per_pod, prof.nodes_per_copy, prof.placement.topologyKey
+    eligible = sorted((r for r in reports if r.eligible), key=lambda r: r.name)
+    fix_profile = "or fix the profile (engine.pipelineParallelSize, placement.nodesPerCopy, hardware.gpu, placement)"
+    if key is None:
+        sentences = [
+            f"{name} needs {_need_text(prof)} for one copy, but only {len(eligible)} node(s) can host one of its "
+            f"pods ({_names(r.name for r in eligible)})."
+        ]
+        excluded = _excluded_text([r for r in reports if not r.eligible])
+        if excluded:
+            sentences.append(f"Excluded: {excluded}.")
+        sentences.append(
+            f"Make {m - len(eligible)} more node(s) eligible or add nodes that meet the need, {fix_profile}."
+        )
+        return " ".join(sentences)
+    by_domain: dict[str, list[NodeReport]] = {}
+    for r in sorted(reports, key=lambda r: r.name):
+        if domain_of.get(r.name):
+            by_domain.setdefault(domain_of[r.name], []).append(r)
+    ranked = sorted(by_domain.items(), key=lambda kv: (-sum(r.eligible for r in kv[1]), kv[0]))
+    parts = []
+    for domain, rs in ranked[:_NAMES_SHOWN]:
+        inside = [_names(r.name for r in rs if r.eligible)] if any(r.eligible for r in rs) else []
+        excluded = _excluded_text([r for r in rs if not r.eligible])
+        if excluded:
+            inside.append(excluded)
+        parts.append(f"{domain} has {sum(r.eligible for r in rs)} ({'; '.join(inside)})")
+    if len(ranked) > _NAMES_SHOWN:
+        next_best = sum(r.eligible for r in ranked[_NAMES_SHOWN][1])
+        parts.append(f"{len(ranked) - _NAMES_SHOWN} more domains have at most {next_best}")
+    most = max(sum(r.eligible for r in rs) for _, rs in ranked)
+    sentences = [
+        f"No topology domain ({key}) has {m} eligible nodes with {gpp} GPUs each for one copy of {name} "
+        f"(it needs {_need_text(prof)}): {', '.join(parts)}."
+    ]
+    unlabelled = _excluded_text([r for r in reports if not domain_of.get(r.name)])
+    if unlabelled:
+        sentences.append(f"Outside any domain: {unlabelled}.")
+    sentences.append(
+        f"Make {m - most} more node(s) of one domain eligible, label more nodes with {key}, unset "
+        f"placement.topologyKey to let a copy span domains, {fix_profile}."
+    )
+    return " ".join(sentences)
+
+
+def _excluded_text(reports: list[NodeReport]) -> str:
+    """Nodes grouped by their reasons, fewest reasons and largest first: "a, b: cordoned; c: no GPUs"."""
+    groups: dict[tuple[str, ...], list[str]] = {}
+    for r in sorted(reports, key=lambda r: (len(r.reasons), -r.gpus_total, r.name)):
+        groups.setdefault(r.reasons, []).append(r.name)
+    return "; ".join(f"{_names(names)}: {', '.join(why)}" for why, names in groups.items())
 
 
 def _free_text(eligible: list[NodeReport]) -> str:

@@ -6,6 +6,7 @@ CPU-only node, with GPU feature discovery labels and the nvidia.com/gpu taint.
 
 from __future__ import annotations
 
+import itertools
 import json
 from typing import Any
 
@@ -131,7 +132,9 @@ def test_tp4_a100_is_eligible_only_on_the_two_nvlink_a100_nodes() -> None:
 
 
 def test_tp8_a100_is_refused_naming_the_4_gpu_limit_and_the_h100_product_exclusion() -> None:
-    result = preflight.check(make_profile(tp=8), cluster(), [], deployment_exists=False)
+    # The profile expects 8-GPU nodes (one node per copy); with gpusPerNode 4 the copy would span nodes.
+    prof = make_profile(tp=8, hardware={"gpusPerNode": 8})
+    result = preflight.check(prof, cluster(), [], deployment_exists=False)
 
     assert result.eligible_nodes == []
     assert result.refusal is not None
@@ -428,3 +431,318 @@ def test_gpu_pools_group_gpu_nodes_by_product_and_nvlink() -> None:
         {"product": "NVIDIA-A100-SXM4-80GB", "nvlink": True, "nodes": 3, "gpus_total": 12, "gpus_free": 4},
         {"product": "NVIDIA-H100-80GB-HBM3", "nvlink": True, "nodes": 1, "gpus_total": 8, "gpus_free": 6},
     ]
+
+
+# --- copies that span nodes -------------------------------------------------------------------
+
+FABRIC = "network.deployctl.dev/fabric"
+H100 = "NVIDIA-H100-80GB-HBM3"
+
+
+def make_405b(replicas: int = 1, **overrides: dict[str, Any]) -> profile.Profile:
+    """Llama 3.1 405B at TP=8 × PP=2 on 8-GPU H100 nodes: a copy is 2 pods of 8 GPUs on 2 nodes."""
+    sections: dict[str, dict[str, Any]] = {
+        "model": {"architecture": "llama-3.1-405b"},
+        "engine": {"tensorParallelSize": 8, "pipelineParallelSize": 2},
+        "hardware": {"gpu": "H100-80GB", "gpusPerNode": 8},
+    }
+    for section, values in overrides.items():
+        sections[section] = sections.get(section, {}) | values
+    return make_profile(tp=8, replicas=replicas, **sections)
+
+
+def h100(name: str, fabric: str | None = None, product: str = H100, unschedulable: bool = False) -> dict[str, Any]:
+    labels = {FABRIC: fabric} if fabric else {}
+    return node(name, product, 8, nvlink=True, unschedulable=unschedulable, **labels)
+
+
+def h100s(count: int = 4) -> list[dict[str, Any]]:
+    return [h100(f"gpu-h100-{i}") for i in range(count)]
+
+
+def old_group(*on: str) -> list[dict[str, Any]]:
+    return [own(n, gpus=8, name=f"{RELEASE}-old-{i}") for i, n in enumerate(on)]
+
+
+@pytest.mark.parametrize(
+    ("slots", "per_copy", "copies"),
+    [
+        ([1, 1, 1, 1], 2, 2),
+        ([1, 1, 1], 2, 1),
+        ([4], 2, 0),  # one node can hold every pod, but a copy's pods need different nodes
+        ([4, 1], 2, 1),
+        ([3, 3, 2], 2, 4),
+        ([2, 2, 2], 3, 2),
+        ([5, 1, 1, 1], 2, 3),  # the big node joins three copies, each with a small node
+        ([0, 0, 2, 2], 2, 2),
+        ([], 2, 0),
+        ([3, 2], 1, 5),  # one node per copy: every slot is a copy
+    ],
+)
+def test_copies_that_fit_counts_whole_copies_on_distinct_nodes(slots: list[int], per_copy: int, copies: int) -> None:
+    assert preflight.copies_that_fit(slots, per_copy) == copies
+
+
+def _most_copies_by_search(slots: list[int], per_copy: int) -> int:
+    """Exhaustive: place one copy on every choice of per_copy distinct nodes, recurse, keep the best."""
+    free = [i for i, s in enumerate(slots) if s > 0]
+    best = 0
+    for chosen in itertools.combinations(free, per_copy):
+        rest = [s - (i in chosen) for i, s in enumerate(slots)]
+        best = max(best, 1 + _most_copies_by_search(rest, per_copy))
+    return best
+
+
+def test_copies_that_fit_matches_an_exhaustive_search_on_small_clusters() -> None:
+    for per_copy in (2, 3):
+        for slots in itertools.product(range(4), repeat=4):
+            expected = _most_copies_by_search(list(slots), per_copy)
+            assert preflight.copies_that_fit(slots, per_copy) == expected, (slots, per_copy)
+
+
+def test_copies_that_fit_refuses_a_copy_of_no_nodes() -> None:
+    with pytest.raises(ValueError, match="at least 1"):
+        preflight.copies_that_fit([1], 0)
+
+
+def test_405b_fits_twice_on_four_free_h100_nodes_and_installs() -> None:
+    result = preflight.check(make_405b(), h100s(), [], deployment_exists=False)
+
+    assert result.refusal is None
+    assert result.copy_nodes == 2
+    assert result.domains == {"all": ["gpu-h100-0", "gpu-h100-1", "gpu-h100-2", "gpu-h100-3"]}
+    assert (result.spare_slots, result.capacity_slots) == (2, 2)
+    assert (result.strategy_name, result.strategy, result.downtime) == ("install", {}, False)
+
+
+def test_405b_upgrade_surges_when_two_free_nodes_hold_a_whole_new_group() -> None:
+    pods = old_group("gpu-h100-0", "gpu-h100-1")
+
+    result = preflight.check(make_405b(), h100s(), pods, deployment_exists=True)
+
+    assert (result.spare_slots, result.capacity_slots) == (1, 2)
+    assert (result.strategy_name, result.strategy) == ("surge", {})
+    assert (result.downtime, result.refusal, result.warnings) == (False, None, [])
+
+
+def test_405b_upgrade_without_room_beside_the_old_group_is_refused_as_downtime() -> None:
+    # The old group holds two nodes and a training job the other two: no room for the new group.
+    pods = [*old_group("gpu-h100-0", "gpu-h100-1"), other("gpu-h100-2", 8), other("gpu-h100-3", 8)]
+
+    result = preflight.check(make_405b(), h100s(), pods, deployment_exists=True)
+
+    assert (result.strategy_name, result.downtime, result.spare_slots) == ("replace", True, 0)
+    assert result.refusal is not None
+    text = result.refusal
+    assert text.startswith("Updating llama3-70b would take it offline: a copy spans 2 nodes")
+    assert "the old are deleted first" in text
+    assert "A surge starts 1 new copy (2 nodes with 8 free GPUs each) beside the old groups, and 0 fit now" in text
+    assert "gpu-h100-2 0 of 8 free" in text
+    assert "2 more eligible nodes with 8 free GPUs (16 GPUs) would make room" in text
+    assert "set rollout.allowDowntime: true" in text
+    assert "\n" not in text
+
+
+def test_405b_upgrade_without_room_replaces_the_groups_when_downtime_is_allowed() -> None:
+    pods = [*old_group("gpu-h100-0", "gpu-h100-1"), other("gpu-h100-2", 8), other("gpu-h100-3", 8)]
+
+    result = preflight.check(make_405b(rollout={"allowDowntime": True}), h100s(), pods, deployment_exists=True)
+
+    assert (result.strategy_name, result.downtime, result.refusal) == ("replace", True, None)
+    assert result.strategy == {}
+    assert any("deletes llama3-70b's running groups before the new ones start" in w for w in result.warnings)
+
+
+def test_405b_upgrade_counts_the_one_node_missing_for_a_surge() -> None:
+    pods = [*old_group("gpu-h100-0", "gpu-h100-1"), other("gpu-h100-3", 8)]
+
+    result = preflight.check(make_405b(), h100s(), pods, deployment_exists=True)
+
+    assert result.refusal is not None
+    assert "1 more eligible node with 8 free GPUs (8 GPUs) would make room" in result.refusal
+
+
+def test_forced_surge_of_a_group_without_room_is_refused_even_with_downtime_allowed() -> None:
+    pods = [*old_group("gpu-h100-0", "gpu-h100-1"), other("gpu-h100-2", 8), other("gpu-h100-3", 8)]
+    prof = make_405b(rollout={"strategy": "surge", "allowDowntime": True})
+
+    result = preflight.check(prof, h100s(), pods, deployment_exists=True)
+
+    assert (result.strategy_name, result.downtime) == ("surge", False)
+    assert result.refusal is not None
+    assert "Pending forever" in result.refusal
+
+
+@pytest.mark.parametrize("strategy", ["no-surge", "recreate"])
+def test_group_strategies_that_never_surge_replace_even_with_room(strategy: str) -> None:
+    pods = old_group("gpu-h100-0", "gpu-h100-1")
+
+    refused = preflight.check(make_405b(rollout={"strategy": strategy}), h100s(), pods, True)
+    allowed = preflight.check(make_405b(rollout={"strategy": strategy, "allowDowntime": True}), h100s(), pods, True)
+
+    assert (refused.strategy_name, refused.downtime) == ("replace", True)
+    assert refused.refusal is not None and "use strategy auto (there is room to surge now)" in refused.refusal
+    assert (allowed.strategy_name, allowed.downtime, allowed.refusal) == ("replace", True, None)
+
+
+def test_two_copies_surge_only_when_both_new_groups_fit_beside_the_old() -> None:
+    pods = old_group("gpu-h100-0", "gpu-h100-1", "gpu-h100-2", "gpu-h100-3")
+
+    full = preflight.check(make_405b(replicas=2), h100s(), pods, deployment_exists=True)
+    roomy = preflight.check(make_405b(replicas=2), h100s(8), pods, deployment_exists=True)
+    tight = preflight.check(make_405b(replicas=2), h100s(6), pods, deployment_exists=True)
+
+    assert (full.capacity_slots, full.spare_slots, full.strategy_name) == (2, 0, "replace")
+    assert full.refusal is not None and "4 more eligible nodes" in full.refusal
+    assert (roomy.spare_slots, roomy.strategy_name, roomy.refusal) == (2, "surge", None)
+    # One new group fits, but the old groups must not serve beside a half-updated set.
+    assert (tight.spare_slots, tight.strategy_name) == (1, "replace")
+    assert tight.refusal is not None and "2 more eligible nodes" in tight.refusal
+
+
+def test_topology_domains_of_two_and_two_nodes_hold_two_copies() -> None:
+    nodes = [h100("gpu-h100-0", "fabric-a"), h100("gpu-h100-1", "fabric-a")]
+    nodes += [h100("gpu-h100-2", "fabric-b"), h100("gpu-h100-3", "fabric-b")]
+
+    result = preflight.check(make_405b(replicas=2, placement={"topologyKey": FABRIC}), nodes, [], False)
+
+    assert result.refusal is None
+    assert result.domains == {"fabric-a": ["gpu-h100-0", "gpu-h100-1"], "fabric-b": ["gpu-h100-2", "gpu-h100-3"]}
+    assert result.capacity_slots == 2
+
+
+def test_topology_domains_of_three_and_one_node_hold_one_copy_and_say_so() -> None:
+    nodes = [h100(f"gpu-h100-{i}", "fabric-a") for i in range(3)] + [h100("gpu-h100-3", "fabric-b")]
+
+    with_key = preflight.check(make_405b(replicas=2, placement={"topologyKey": FABRIC}), nodes, [], False)
+    without_key = preflight.check(make_405b(replicas=2), nodes, [], False)
+
+    assert with_key.domains == {"fabric-a": ["gpu-h100-0", "gpu-h100-1", "gpu-h100-2"], "fabric-b": ["gpu-h100-3"]}
+    assert with_key.capacity_slots == 1
+    assert with_key.refusal is not None
+    assert "can hold at most 1 even with nothing else running" in with_key.refusal
+    assert f"(per {FABRIC} domain: fabric-a 1, fabric-b 0)" in with_key.refusal
+    assert "Lower rollout.replicas to 1" in with_key.refusal
+    # Without the key the lone fabric-b node pairs with the third fabric-a node.
+    assert (without_key.capacity_slots, without_key.refusal) == (2, None)
+
+
+def test_no_domain_with_enough_eligible_nodes_is_refused_per_domain() -> None:
+    nodes = [h100("gpu-h100-0", "fabric-a"), h100("gpu-h100-1", "fabric-a", unschedulable=True)]
+    nodes += [h100("gpu-h100-2", "fabric-b"), h100("gpu-h100-3", "fabric-c"), h100("gpu-h100-4")]
+
+    result = preflight.check(make_405b(placement={"topologyKey": FABRIC}), nodes, [], False)
+
+    assert report(result, "gpu-h100-4").reasons == (f"no {FABRIC} label (placement.topologyKey)",)
+    assert result.refusal is not None
+    text = result.refusal
+    assert text.startswith(f"No topology domain ({FABRIC}) has 2 eligible nodes with 8 GPUs each")
+    assert "fabric-a has 1 (gpu-h100-0; gpu-h100-1: cordoned (spec.unschedulable))" in text
+    assert "fabric-b has 1 (gpu-h100-2)" in text
+    assert f"Outside any domain: gpu-h100-4: no {FABRIC} label (placement.topologyKey)." in text
+    assert "Make 1 more node(s) of one domain eligible" in text
+    assert "unset placement.topologyKey" in text
+
+
+def test_node_of_another_product_cannot_join_a_copy_and_says_why() -> None:
+    nodes = [*h100s(3), h100("gpu-h200-0", product="NVIDIA-H200")]
+
+    result = preflight.check(make_405b(replicas=2), nodes, [], deployment_exists=False)
+
+    assert result.eligible_nodes == ["gpu-h100-0", "gpu-h100-1", "gpu-h100-2"]
+    (reason,) = report(result, "gpu-h200-0").reasons
+    assert reason.startswith("product NVIDIA-H200 does not match hardware.gpu H100-80GB")
+    assert result.refusal is not None
+    assert "can hold at most 1" in result.refusal
+
+
+def test_too_few_eligible_nodes_for_one_copy_is_refused_naming_each_nodes_reason() -> None:
+    nodes = [
+        h100("gpu-h100-0"),
+        h100("gpu-h100-1", unschedulable=True),
+        h100("gpu-h200-0", product="NVIDIA-H200"),
+        node("gpu-a100-0", "NVIDIA-A100-SXM4-80GB", 4, nvlink=True),
+        node("cpu-0"),
+    ]
+
+    result = preflight.check(make_405b(), nodes, [], deployment_exists=False)
+
+    assert result.capacity_slots == 0
+    assert result.refusal is not None
+    text = result.refusal
+    assert text.startswith(
+        "llama3-70b needs 2 nodes with 8 GPUs each (TP=8 × PP=2) of product H100-80GB with "
+        "deployctl.dev/nvlink=true for one copy, but only 1 node(s) can host one of its pods (gpu-h100-0)."
+    )
+    assert "gpu-h100-1: cordoned (spec.unschedulable)" in text
+    assert "gpu-h200-0: product NVIDIA-H200 does not match hardware.gpu H100-80GB" in text
+    assert "gpu-a100-0: product NVIDIA-A100-SXM4-80GB does not match hardware.gpu H100-80GB" in text
+    assert "only 4 allocatable GPUs but each pod of a copy needs 8" in text
+    assert "cpu-0: no GPUs" in text
+    assert "Make 1 more node(s) eligible" in text
+
+
+def test_no_eligible_node_for_a_group_describes_the_whole_copy() -> None:
+    nodes = [node(f"gpu-a100-{i}", "NVIDIA-A100-SXM4-80GB", 4, nvlink=True) for i in range(2)]
+
+    result = preflight.check(make_405b(placement={"matchGpuProduct": False}), nodes, [], False)
+
+    assert result.refusal is not None
+    assert result.refusal.startswith(
+        "No node can ever host a pod of llama3-70b: each copy needs 2 nodes with 8 GPUs each (TP=8 × PP=2)"
+    )
+    assert "(gpu-a100-0, gpu-a100-1) has 4 GPUs" in result.refusal
+    assert "engine.pipelineParallelSize" in result.refusal
+
+
+def test_group_partly_schedulable_now_warns_that_pending_members_hold_gpus() -> None:
+    result = preflight.check(make_405b(replicas=2), h100s(), [other("gpu-h100-3", 8)], deployment_exists=False)
+
+    assert result.refusal is None
+    assert result.capacity_slots == 1
+    assert len(result.warnings) == 1
+    assert result.warnings[0].startswith("only 1 of 2 copies can be scheduled now")
+    assert "partly scheduled copy" in result.warnings[0]
+
+
+def test_group_to_json_carries_copy_nodes_and_domains() -> None:
+    nodes = [h100("gpu-h100-0", "fabric-a"), h100("gpu-h100-1", "fabric-a")]
+
+    doc = json.loads(
+        json.dumps(preflight.check(make_405b(placement={"topologyKey": FABRIC}), nodes, [], False).to_json())
+    )
+
+    assert doc["copy_nodes"] == 2
+    assert doc["domains"] == {"fabric-a": ["gpu-h100-0", "gpu-h100-1"]}
+    assert doc["strategy"] == {}
+
+
+def test_topology_key_is_ignored_for_a_copy_on_one_node() -> None:
+    result = preflight.check(make_profile(placement={"topologyKey": FABRIC}), cluster(), [], False)
+
+    assert result.eligible_nodes == ["gpu-a100-nvl-0", "gpu-a100-nvl-1"]
+    assert (result.copy_nodes, result.domains) == (1, {"all": ["gpu-a100-nvl-0", "gpu-a100-nvl-1"]})
+
+
+def test_surge_shortfall_is_counted_per_topology_domain() -> None:
+    # fabric-a: the old copy on 0-1 and a free node 2; fabric-b: the old copy on 3-4.
+    nodes = [h100(f"gpu-h100-{i}", "fabric-a") for i in range(3)]
+    nodes += [h100(f"gpu-h100-{i}", "fabric-b") for i in (3, 4)]
+    pods = old_group("gpu-h100-0", "gpu-h100-1", "gpu-h100-3", "gpu-h100-4")
+
+    result = preflight.check(make_405b(replicas=2, placement={"topologyKey": FABRIC}), nodes, pods, True)
+
+    assert (result.spare_slots, result.capacity_slots, result.strategy_name) == (0, 2, "replace")
+    assert result.refusal is not None
+    # One more node pairs with the free fabric-a node; fabric-b needs two for a whole copy.
+    assert "3 more eligible nodes with 8 free GPUs (24 GPUs) in fabric-a (1), fabric-b (2)" in result.refusal
+
+
+def test_refusal_names_the_best_domains_and_counts_the_rest() -> None:
+    nodes = [h100(f"gpu-h100-{i}", f"fabric-{i}") for i in range(6)]
+
+    result = preflight.check(make_405b(placement={"topologyKey": FABRIC}), nodes, [], False)
+
+    assert result.refusal is not None
+    assert "fabric-3 has 1 (gpu-h100-3), 2 more domains have at most 1." in result.refusal
+    assert "fabric-4" not in result.refusal
