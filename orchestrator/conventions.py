@@ -25,6 +25,15 @@ REVISION_LABEL = "deployctl.dev/revision"
 OUTCOME_LABEL = "deployctl.dev/outcome"
 RECORD_HASH_ANNOTATION = "deployctl.dev/record-sha256"
 
+# A model copy that spans nodes is a group of pods: one leader (Ray head / LWS leader, the pod that
+# serves HTTP) and its workers. Render puts these on every member, so the rollout watch, the Service
+# and `status` find a copy's pods the same way on KubeRay and on LeaderWorkerSet.
+COPY_LABEL = "deployctl.dev/copy"  # the copy's group object (RayCluster name); KubeRay only
+GROUP_ROLE_LABEL = "deployctl.dev/group-role"  # leader | worker
+LEADER_ROLE, WORKER_ROLE = "leader", "worker"
+# The group objects deployctl creates, by kind: one RayCluster per copy, or one LeaderWorkerSet.
+GROUP_KINDS = ("RayCluster", "LeaderWorkerSet")
+
 GPU_RESOURCE = "nvidia.com/gpu"
 GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"  # set by NVIDIA GPU Feature Discovery
 

@@ -10,12 +10,14 @@ holds them to it. The output is deterministic: the same profile gives the same b
 from __future__ import annotations
 
 import functools
+import hashlib
 import importlib.resources
 import importlib.util
 import json
 import math
 import pathlib
 import re
+import shlex
 from collections.abc import Mapping
 from typing import Any, Literal
 
@@ -64,12 +66,30 @@ TERMINATION_GRACE_SECONDS = 60
 # Objects in the order they are applied: the NetworkPolicy exists before the first pod can
 # reach out, the ServiceAccount before the pods that name it.
 _WORKLOAD_TEMPLATES = (
-    ("serviceaccount.yaml.j2", True),
-    ("networkpolicy.yaml.j2", False),  # only with airgap.denyEgress
-    ("service.yaml.j2", True),
-    ("poddisruptionbudget.yaml.j2", True),
-    ("deployment.yaml.j2", True),
+    "serviceaccount.yaml.j2",
+    "networkpolicy.yaml.j2",  # only with airgap.denyEgress
+    "service.yaml.j2",
+    "poddisruptionbudget.yaml.j2",
 )
+# What runs the copies: a Deployment of one-pod copies, or a group object per engine.
+_COPY_TEMPLATES = {"": "deployment.yaml.j2", "kuberay": "raycluster.yaml.j2", "lws": "leaderworkerset.yaml.j2"}
+
+# A copy across nodes waits for its workers before vLLM starts; Ray's own file-descriptor advice
+# (KubeRay runs `ulimit -n 65536` before `ray start`) holds for the head we start ourselves.
+RAY_BACKEND_ARGS = ("--distributed-executor-backend", "ray")
+# vLLM's multiprocessing backend across nodes: torch.distributed's rendezvous on the leader.
+MP_MASTER_PORT = 29500
+# KubeRay starts `ray start` itself unless a pod template carries this annotation; then it only
+# exports the command as $KUBERAY_GEN_RAY_START_CMD, and the head script runs it, waits for the
+# workers and starts vLLM.
+RAY_OVERWRITE_CMD_ANNOTATION = "ray.io/overwrite-container-cmd"
+# LeaderWorkerSet injects these into every pod of a group (sigs.k8s.io/lws, pkg/utils/env).
+LWS_ENV = ("LWS_LEADER_ADDRESS", "LWS_GROUP_SIZE", "LWS_WORKER_INDEX")
+LWS_GROUP_KEY_LABEL = "leaderworkerset.sigs.k8s.io/group-key"
+HOSTNAME_TOPOLOGY = "kubernetes.io/hostname"
+# Characters of the release name kept in a RayCluster's name: KubeRay derives longer names from it
+# ("<name>-head-svc", pod names with a group suffix), which must stay valid DNS labels.
+GROUP_NAME_PREFIX_CHARS = 40
 _RBAC_TEMPLATE = "rbac/deployctl.yaml.j2"
 
 
@@ -152,6 +172,45 @@ class DisruptionValues(_Values):
     )
 
 
+class CopyValues(_Values):
+    name: str = Field(
+        description="Name of the group object: the release name, a hash of the pod templates and the copy's "
+        "index. A changed template makes new copies, never changes a running one, so a copy never runs mixed "
+        "revisions."
+    )
+    affinity: dict[str, Any] = Field(
+        description="Affinity of the copy's pods: the GPU product and NVLink node labels, one pod per node, "
+        "and all of them in one topology domain."
+    )
+
+
+class GroupValues(_Values):
+    engine: Literal["", "kuberay", "lws"] = Field(
+        default="",
+        description="Empty: each copy is one pod of a Deployment. `kuberay`: one RayCluster per copy (vLLM's Ray "
+        "backend). `lws`: one LeaderWorkerSet (vLLM's multiprocessing multi-node backend).",
+    )
+    size: int = Field(default=1, ge=1, description="Pods in one copy, one per node (placement.nodesPerCopy).")
+    copies: list[CopyValues] = Field(
+        default_factory=list,
+        description="The group objects: one RayCluster per copy, or the single LeaderWorkerSet.",
+    )
+    leaderCommand: list[str] = Field(
+        default_factory=list,
+        description="Command of the leader (Ray head, LWS leader): the pod that serves the OpenAI API.",
+    )
+    workerCommand: list[str] = Field(
+        default_factory=list,
+        description="Command of the workers; empty on KubeRay, which starts `ray start` in them itself.",
+    )
+    maxSurge: int = Field(
+        default=0, ge=0, description="LeaderWorkerSet rolling update: extra copies started beside the old."
+    )
+    maxUnavailable: int = Field(
+        default=1, ge=0, description="LeaderWorkerSet rolling update: copies taken down at once."
+    )
+
+
 class NetworkPolicyValues(_Values):
     enabled: bool = Field(
         default=True,
@@ -220,6 +279,10 @@ class Values(_Values):
     podDisruptionBudget: DisruptionValues = Field(
         default_factory=DisruptionValues, description="How many pods a node drain may take at once."
     )
+    group: GroupValues = Field(
+        default_factory=GroupValues,
+        description="A copy that spans nodes: its group engine, size, group objects and commands.",
+    )
     networkPolicy: NetworkPolicyValues = Field(
         default_factory=NetworkPolicyValues, description="The air-gap NetworkPolicy."
     )
@@ -238,9 +301,11 @@ def _resolve(profile: profiles.Profile, plan: planner.Plan, strategy: Mapping[st
     source = profile.model.source
     gpus = str(profile.gpus_per_pod)
     startup = startup_seconds(profile, plan)
+    if profile.multi_node:
+        startup += rollout.groupJoinSeconds  # vLLM starts loading only once the workers joined
     if strategy is None:
         strategy = conventions.strategy_spec(conventions.PROFILE_STRATEGY_DEFAULTS[rollout.strategy])
-    return Values(
+    values = Values(
         fullnameOverride=profile.metadata.name,
         vllmVersion=engine.vllmVersion,
         profileHash=profile.spec_hash(),
@@ -252,6 +317,7 @@ def _resolve(profile: profiles.Profile, plan: planner.Plan, strategy: Mapping[st
         progressDeadlineSeconds=rollout.progressDeadlineSeconds,
         revisionHistoryLimit=rollout.revisionHistory,
         server=ServerValues(args=_server_args(profile), port=engine.port, env=_env(profile)),
+        group=_group(profile, strategy),
         model=ModelValues(
             servedName=profile.model.name,
             claimName=source.pvc if isinstance(source, profiles.PvcSource) else "",
@@ -281,11 +347,12 @@ def _resolve(profile: profiles.Profile, plan: planner.Plan, strategy: Mapping[st
         tolerations=[t.model_dump(mode="json", exclude_none=True) for t in placement.tolerations],
         priorityClassName=placement.priorityClassName or "",
         runtimeClassName=placement.runtimeClassName or "",
-        podDisruptionBudget=_disruption(rollout.replicas),
+        podDisruptionBudget=_disruption(rollout.replicas, profile.nodes_per_copy),
         networkPolicy=NetworkPolicyValues(
             enabled=profile.airgap.denyEgress, allowEgressCIDRs=list(profile.airgap.allowEgressCIDRs)
         ),
     )
+    return _with_copies(values, profile)
 
 
 def _strategy(spec: Mapping[str, Any]) -> StrategyValues:
@@ -326,6 +393,8 @@ def _env(profile: profiles.Profile) -> list[dict[str, Any]]:
     env: list[dict[str, Any]] = [{"name": "HOME", "value": HOME_DIR}]
     if profile.airgap.offline:
         env += [{"name": name, "value": "1"} for name in OFFLINE_ENV]
+        if profile.multi_node and profile.placement.groupEngine == "kuberay":
+            env.append({"name": "RAY_USAGE_STATS_ENABLED", "value": "0"})  # Ray's own usage report
     if profile.model.credentialsSecret:
         env.append(
             {
@@ -370,11 +439,129 @@ def _affinity(profile: profiles.Profile) -> dict[str, Any]:
     return {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": terms}}}
 
 
-def _disruption(replicas: int) -> DisruptionValues:
+# --- copies that span nodes ------------------------------------------------------------------------
+
+
+def _group(profile: profiles.Profile, strategy: Mapping[str, Any]) -> GroupValues:
+    """The group engine's settings; the copies' names come last (_with_copies), from the pod templates."""
+    if not profile.multi_node:
+        return GroupValues()
+    args = _server_args(profile)
+    size = profile.nodes_per_copy
+    if profile.placement.groupEngine == "kuberay":
+        return GroupValues(engine="kuberay", size=size, leaderCommand=_ray_head_command(profile, args))
+    rendezvous = [
+        "--distributed-executor-backend", "mp",
+        "--nnodes", "$(LWS_GROUP_SIZE)",
+        "--node-rank", "$(LWS_WORKER_INDEX)",
+        "--master-addr", "$(LWS_LEADER_ADDRESS)",
+        "--master-port", str(MP_MASTER_PORT),
+    ]  # fmt: skip
+    rolling = strategy.get("rollingUpdate") or {}
+    return GroupValues(
+        engine="lws",
+        size=size,
+        leaderCommand=[*SERVE_COMMAND, *args, *rendezvous],
+        workerCommand=[*SERVE_COMMAND, *args, *rendezvous, "--headless"],
+        maxSurge=int(rolling.get("maxSurge", 0)),
+        maxUnavailable=int(rolling.get("maxUnavailable", 1)),
+    )
+
+
+def _ray_head_command(profile: profiles.Profile, args: list[str]) -> list[str]:
+    """The Ray head's script: start Ray, wait until every node of the copy joined, then serve.
+
+    vLLM's Ray backend places the tensor- and pipeline-parallel workers on the Ray cluster it finds
+    at start-up, so starting it before the workers joined fails or under-places. A copy whose
+    workers never join ends with a line the rollout watch classifies as `group_incomplete`.
+    """
+    nodes, join = profile.nodes_per_copy, profile.rollout.groupJoinSeconds
+    serve = shlex.join([*SERVE_COMMAND, *args, *RAY_BACKEND_ARGS])
+    count = (
+        'python3 -c \'import ray; ray.init(address="auto", logging_level="ERROR", log_to_driver=False); '
+        'print(sum(1 for n in ray.nodes() if n["Alive"]))\''
+    )
+    script = f"""ulimit -n 65536 || true
+bash -c "$KUBERAY_GEN_RAY_START_CMD" &
+deadline=$((SECONDS + {join}))
+while true; do
+  joined=$({count} 2>/dev/null || echo 0)
+  if [ "$joined" -ge {nodes} ]; then break; fi
+  if [ "$SECONDS" -ge "$deadline" ]; then
+    echo "deployctl: group incomplete: $joined of {nodes} Ray nodes joined within {join}s; vLLM not started" >&2
+    exit 1
+  fi
+  sleep 5
+done
+echo "deployctl: all {nodes} Ray nodes joined; starting vLLM"
+exec {serve}
+"""
+    return ["/bin/bash", "-c", script]
+
+
+# The values that shape a copy's pods: a change to any of them makes new copies (new names).
+_POD_SHAPING = (
+    "vllmVersion", "commonLabels", "image", "imagePullSecrets", "server", "model", "resources",
+    "shmSizeLimit", "startupProbe", "readinessProbe", "livenessProbe", "podSecurityContext",
+    "securityContext", "podLabels", "podAnnotations", "nodeSelector", "affinity", "tolerations",
+    "priorityClassName", "runtimeClassName", "terminationGracePeriodSeconds", "group",
+)  # fmt: skip
+
+
+def _with_copies(values: Values, profile: profiles.Profile) -> Values:
+    """Name the group objects and give each copy its affinity. KubeRay copies are named by a hash of
+    the pod templates: an upgrade creates new RayClusters beside the old (or in their place), and a
+    RayCluster's pods are never changed in place, which KubeRay would do one pod at a time."""
+    group = values.group
+    if not group.engine:
+        return values
+    shaping = values.model_dump(mode="json", include=set(_POD_SHAPING))
+    digest = hashlib.sha256(json.dumps(shaping, sort_keys=True).encode()).hexdigest()[:8]
+    topology = profile.placement.topologyKey
+    if group.engine == "lws":
+        # One object; LWS names the groups and labels each pod with its group's key.
+        copies = [CopyValues(name=values.fullnameOverride, affinity=_copy_affinity(values.affinity, None, topology))]
+    else:
+        prefix = _copy_prefix(values.fullnameOverride)
+        names = [f"{prefix}-{digest}-{i}" for i in range(values.replicaCount)]
+        copies = [CopyValues(name=n, affinity=_copy_affinity(values.affinity, n, topology)) for n in names]
+    return values.model_copy(update={"group": group.model_copy(update={"copies": copies})})
+
+
+def _copy_prefix(release: str) -> str:
+    return release[:GROUP_NAME_PREFIX_CHARS].rstrip("-")
+
+
+def _copy_affinity(base: Mapping[str, Any], copy: str | None, topology_key: str | None) -> dict[str, Any]:
+    """The node affinity, plus: one pod of a copy per node, and, with a topology key, one domain per copy.
+
+    A copy is named by its label (KubeRay) or, on LWS, by the group key each pod carries
+    (``matchLabelKeys``: the term applies to the pod's own group only).
+    """
+    term: dict[str, Any]
+    if copy is not None:
+        term = {"labelSelector": {"matchLabels": {conventions.COPY_LABEL: copy}}}
+    else:
+        term = {"labelSelector": {"matchExpressions": [{"key": LWS_GROUP_KEY_LABEL, "operator": "Exists"}]},
+                "matchLabelKeys": [LWS_GROUP_KEY_LABEL]}  # fmt: skip
+    affinity = dict(base)
+    affinity["podAntiAffinity"] = {
+        "requiredDuringSchedulingIgnoredDuringExecution": [{**term, "topologyKey": HOSTNAME_TOPOLOGY}]
+    }
+    if topology_key:
+        affinity["podAffinity"] = {
+            "requiredDuringSchedulingIgnoredDuringExecution": [{**term, "topologyKey": topology_key}]
+        }
+    return affinity
+
+
+def _disruption(replicas: int, pods_per_copy: int) -> DisruptionValues:
     # One replica: maxUnavailable 1, since minAvailable 1 would block every node drain for good
     # (one replica pauses serving on a drain whatever we write). More: minAvailable N-1, so a
-    # drain takes one GPU node's replica at a time and the others keep serving.
-    if replicas == 1:
+    # drain takes one GPU node's replica at a time and the others keep serving. A copy across
+    # nodes stops serving when any of its pods goes, so a drain takes one pod at a time: at most
+    # one copy is down while it recovers.
+    if replicas == 1 or pods_per_copy > 1:
         return DisruptionValues(maxUnavailable=1)
     return DisruptionValues(minAvailable=replicas - 1, maxUnavailable=0)
 
@@ -411,11 +598,15 @@ def render(
         "pod_labels": {**values["podLabels"], **labels},
         # Not on the pod template: a change to SLOs or gate settings must not restart (and reload) the pods.
         "pod_annotations": dict(values["podAnnotations"]),
+        "copy_label": conventions.COPY_LABEL,
+        "role_label": conventions.GROUP_ROLE_LABEL,
+        "ray_overwrite_annotation": RAY_OVERWRITE_CMD_ANNOTATION,
     }
     objects: list[dict[str, Any]] = []
-    for template, always in _WORKLOAD_TEMPLATES:
-        if always or values["networkPolicy"]["enabled"]:
+    for template in _WORKLOAD_TEMPLATES:
+        if template != "networkpolicy.yaml.j2" or values["networkPolicy"]["enabled"]:
             objects.extend(_render_template(template, context))
+    objects.extend(_render_template(_COPY_TEMPLATES[values["group"]["engine"]], context))
     if plan.verdict != "fits":
         for obj in objects:
             obj["metadata"].setdefault("annotations", {})[conventions.FIT_VERDICT_ANNOTATION] = _verdict_text(plan)
@@ -470,6 +661,7 @@ def _environment() -> jinja2.Environment:
         autoescape=False,  # YAML, not HTML; values are escaped by the json filter instead
     )
     env.filters["json"] = _to_json
+    env.filters["merged"] = lambda base, extra: {**base, **extra}
     return env
 
 
@@ -516,8 +708,8 @@ def write(objects: list[dict[str, Any]], out_dir: str | pathlib.Path) -> list[pa
     """One file per object, ``NN-kind-name.yaml`` (NN keeps `kubectl apply -f DIR` in apply order).
 
     Files this function wrote earlier for the same release names and no longer renders (say, the
-    NetworkPolicy after denyEgress was turned off) are removed, so a GitOps folder never keeps a
-    stale object; other files are left alone.
+    NetworkPolicy after denyEgress was turned off, or an earlier revision's RayClusters) are
+    removed, so a GitOps folder never keeps a stale object; other files are left alone.
     """
     out = pathlib.Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -529,8 +721,13 @@ def write(objects: list[dict[str, Any]], out_dir: str | pathlib.Path) -> list[pa
         path.write_text(to_yaml([obj]), encoding="utf-8")
         written.append(path)
     names = {obj["metadata"]["name"] for obj in objects}
+    # Copies are named by a hash of their templates: an earlier revision's are this release's too.
+    releases = {obj["metadata"].get("labels", {}).get(RELEASE_LABEL) for obj in objects} - {None}
+    copies = [re.compile(rf"{re.escape(_copy_prefix(str(r)))}-[0-9a-f]{{8}}-\d+") for r in releases]
     for path in sorted(out.iterdir()):
         match = _FILE_NAME.match(path.name)
-        if match and match["name"] in names and path not in written:
+        if not match or path in written:
+            continue
+        if match["name"] in names or any(c.fullmatch(match["name"]) for c in copies):
             path.unlink()
     return written

@@ -66,6 +66,15 @@ _RESERVED: dict[str, str] = {
     "--disable-prefix-caching": "engine.enablePrefixCaching",
     "--port": "engine.port",
     "--host": "engine.port (deployctl binds all interfaces inside the pod)",
+    # The multi-node rendezvous: deployctl sets it for a copy that spans nodes.
+    "--distributed-executor-backend": "placement.groupEngine (ray on KubeRay, mp on LeaderWorkerSet)",
+    "--nnodes": "placement.nodesPerCopy",
+    "-n": "placement.nodesPerCopy (-n is --nnodes)",
+    "--node-rank": "placement.nodesPerCopy (each LeaderWorkerSet pod's index)",
+    "-r": "placement.nodesPerCopy (-r is --node-rank)",
+    "--master-addr": "placement.groupEngine (the leader's address)",
+    "--master-port": "placement.groupEngine",
+    "--headless": "placement.groupEngine (workers of a LeaderWorkerSet copy)",
 }
 _KIND_WORDS = {
     "int": "an integer",

@@ -31,6 +31,7 @@ HELM = ROOT / ".cache" / "bin" / "helm"
 PROFILES = [
     *sorted((ROOT / "profiles").glob("*.yaml")),
     ROOT / "tests" / "golden" / "every-option.profile.yaml",
+    ROOT / "tests" / "golden" / "lws.profile.yaml",
 ]
 HOOK = "helm.sh/hook"
 

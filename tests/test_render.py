@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import pathlib
 import re
+import shlex
 from typing import Any
 
 import jinja2
@@ -28,6 +29,7 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 GOLDEN = ROOT / "tests" / "golden"
 EXAMPLES = sorted((ROOT / "profiles").glob("*.yaml"))
 EVERY_OPTION = GOLDEN / "every-option.profile.yaml"
+LWS = GOLDEN / "lws.profile.yaml"  # a copy across nodes on LeaderWorkerSet: golden only, no controller ran
 DIGEST = re.compile(r"@sha256:[0-9a-f]{64}$")
 
 
@@ -55,7 +57,15 @@ def _by_kind(objects: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
 
 
 def _pod(objects: list[dict[str, Any]]) -> dict[str, Any]:
-    spec: dict[str, Any] = _by_kind(objects)["Deployment"]["spec"]["template"]
+    """The pod template that serves: the Deployment's, or a copy's leader (Ray head, LWS leader)."""
+    kinds = _by_kind(objects)
+    if "RayCluster" in kinds:
+        head: dict[str, Any] = kinds["RayCluster"]["spec"]["headGroupSpec"]["template"]
+        return head
+    if "LeaderWorkerSet" in kinds:
+        leader: dict[str, Any] = kinds["LeaderWorkerSet"]["spec"]["leaderWorkerTemplate"]["leaderTemplate"]
+        return leader
+    spec: dict[str, Any] = kinds["Deployment"]["spec"]["template"]
     return spec
 
 
@@ -66,6 +76,16 @@ def _container(objects: list[dict[str, Any]]) -> dict[str, Any]:
 
 def _env(objects: list[dict[str, Any]]) -> dict[str, Any]:
     return {e["name"]: e.get("value", e.get("valueFrom")) for e in _container(objects)["env"]}
+
+
+def _serve_args(container: dict[str, Any]) -> list[str]:
+    """The arguments of `vllm serve` in the serving container: its args, or, for a Ray head, the
+    `exec vllm serve …` line of its start script."""
+    if "args" in container:
+        return list(container["args"])
+    script = container["command"][-1]
+    line = next(line for line in script.splitlines() if line.startswith("exec vllm serve "))
+    return shlex.split(line)[3:]
 
 
 def _match_expressions(objects: list[dict[str, Any]]) -> dict[str, list[str]]:
@@ -84,15 +104,20 @@ DEV = ROOT / "profiles" / "dev-tp2.yaml"
 # --- every profile ---------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("path", [*EXAMPLES, EVERY_OPTION], ids=lambda p: p.stem)
+@pytest.mark.parametrize("path", [*EXAMPLES, EVERY_OPTION, LWS], ids=lambda p: p.stem)
 def test_every_profile_renders_namespaced_labelled_objects_in_apply_order(path: pathlib.Path) -> None:
     prof = _load(path)
     objects = _rendered(prof)
     kinds = [o["kind"] for o in objects]
-    expected = ["ServiceAccount", "NetworkPolicy", "Service", "PodDisruptionBudget", "Deployment"]
+    copies = {"kuberay": ["RayCluster"] * prof.rollout.replicas, "lws": ["LeaderWorkerSet"]}
+    runs = copies[prof.placement.groupEngine] if prof.multi_node else ["Deployment"]
+    expected = ["ServiceAccount", "NetworkPolicy", "Service", "PodDisruptionBudget", *runs]
     assert kinds == [k for k in expected if k != "NetworkPolicy" or prof.airgap.denyEgress]
     for obj in objects:
         meta = obj["metadata"]
+        if obj["kind"] == "RayCluster":  # one per copy, named by the pod templates' hash and its index
+            assert meta["name"].startswith(prof.metadata.name + "-")
+            continue
         assert meta["name"] == prof.metadata.name
         assert meta["namespace"] == prof.metadata.namespace
         assert meta["labels"][render.RELEASE_LABEL] == prof.metadata.name
@@ -109,17 +134,25 @@ def test_every_example_profile_is_air_gapped(path: pathlib.Path) -> None:
     assert DIGEST.search(_container(objects)["image"]), "images are pinned by digest"
     policy = _by_kind(objects)["NetworkPolicy"]["spec"]
     assert policy["policyTypes"] == ["Ingress", "Egress"]
-    assert policy["podSelector"] == _by_kind(objects)["Deployment"]["spec"]["selector"]
-    dns, *others = policy["egress"]
+    release_pods = {"matchLabels": _by_kind(objects)["PodDisruptionBudget"]["spec"]["selector"]["matchLabels"]}
+    assert policy["podSelector"] == release_pods
+    serving = {"ports": [{"port": prof.engine.port, "protocol": "TCP"}]}
+    if prof.multi_node:  # the pods of a copy reach each other on every port, and nothing else does
+        assert policy["ingress"] == [serving, {"from": [{"podSelector": release_pods}]}]
+        group, *egress = policy["egress"]
+        assert group == {"to": [{"podSelector": release_pods}]}
+    else:
+        assert policy["ingress"] == [serving]
+        egress = policy["egress"]
+    dns, *others = egress
     assert dns["ports"] == [{"port": 53, "protocol": "UDP"}, {"port": 53, "protocol": "TCP"}]
     assert dns["to"][0]["podSelector"] == {"matchLabels": {"k8s-app": "kube-dns"}}
     assert [rule["to"] for rule in others] == (
         [[{"ipBlock": {"cidr": c}} for c in prof.airgap.allowEgressCIDRs]] if prof.airgap.allowEgressCIDRs else []
     )
-    assert policy["ingress"] == [{"ports": [{"port": prof.engine.port, "protocol": "TCP"}]}]
 
 
-@pytest.mark.parametrize("path", [*EXAMPLES, EVERY_OPTION], ids=lambda p: p.stem)
+@pytest.mark.parametrize("path", [*EXAMPLES, EVERY_OPTION, LWS], ids=lambda p: p.stem)
 def test_rendered_yaml_matches_the_reviewed_golden_file(path: pathlib.Path) -> None:
     text = render.to_yaml(_rendered(_load(path)))
     golden = GOLDEN / (path.name.removesuffix(".profile.yaml").removesuffix(".yaml") + ".yaml")
@@ -168,7 +201,9 @@ def test_defaults_leave_out_flags_vllm_already_defaults() -> None:
 @pytest.mark.parametrize("path", [*EXAMPLES, EVERY_OPTION], ids=lambda p: p.stem)
 def test_every_rendered_flag_exists_in_that_vllm_version_and_is_reserved(path: pathlib.Path) -> None:
     prof = _load(path)
-    args = _container(_rendered(prof))["args"]
+    args = _serve_args(_container(_rendered(prof)))
+    if prof.multi_node:  # the Ray backend flag follows the profile's flags
+        args = args[: args.index("--distributed-executor-backend")]
     ours = [a for a in args[: len(args) - len(prof.engine.extraArgs)] if a.startswith("--")]
     known = vllm_flags.flag_set(prof.engine.vllmVersion).flags
     assert [f for f in ours if f not in known] == []

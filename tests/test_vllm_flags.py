@@ -129,7 +129,7 @@ def test_reserved_flags_are_real_vllm_flags_and_name_a_profile_field() -> None:
     fs = vllm_flags.flag_set(VERSION)
     for flag, field in vllm_flags.reserved_flags().items():
         assert flag in fs.flags, flag
-        assert field.startswith(("engine.", "model.")), field
+        assert field.startswith(("engine.", "model.", "placement.")), field
 
 
 def test_unknown_version_says_how_to_generate_it() -> None:

@@ -73,6 +73,9 @@ KINDS: dict[str, Ref] = {
     "RoleBinding": Ref("rbac.authorization.k8s.io/v1", "rolebindings"),
     "ClusterRole": Ref("rbac.authorization.k8s.io/v1", "clusterroles", namespaced=False),
     "ClusterRoleBinding": Ref("rbac.authorization.k8s.io/v1", "clusterrolebindings", namespaced=False),
+    # Group engines for copies that span nodes; their CRDs exist only where KubeRay or LWS is installed.
+    "RayCluster": Ref("ray.io/v1", "rayclusters"),
+    "LeaderWorkerSet": Ref("leaderworkerset.x-k8s.io/v1", "leaderworkersets"),
 }
 
 
