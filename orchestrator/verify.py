@@ -11,7 +11,7 @@ import dataclasses
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
-from orchestrator import errors, gate, health, releases, rollout, startup_log
+from orchestrator import errors, gate, group_rollout, health, releases, rollout, startup_log
 from orchestrator.kube import Kube, PortForwarder
 from orchestrator.outcome import Failure, Timings
 from orchestrator.profile import Profile
@@ -35,10 +35,19 @@ class GateSpec:
     health_timeout: float
     smoke: Profile | None  # the profile whose smoke gate runs; None: health only
     max_num_seqs: int = 0  # engine.maxNumSeqs, to check the observed concurrency against; 0: unknown
+    group: group_rollout.GroupWatch | None = None  # copies that span nodes; None: a Deployment
 
 
-def spec_of(profile: Profile, *, timeout: float | None, endpoint: str | None, skip_bench: bool) -> GateSpec:
-    """The gate a profile asks for; ``timeout`` and ``endpoint`` are the command line's overrides."""
+def spec_of(
+    profile: Profile,
+    objects: list[dict[str, Any]],
+    *,
+    timeout: float | None,
+    endpoint: str | None,
+    skip_bench: bool,
+) -> GateSpec:
+    """The gate a profile asks for, of its rendered ``objects``; ``timeout`` and ``endpoint`` are the
+    command line's overrides."""
     deadline = timeout or float(profile.rollout.progressDeadlineSeconds)
     return GateSpec(
         model=profile.model.name,
@@ -48,7 +57,30 @@ def spec_of(profile: Profile, *, timeout: float | None, endpoint: str | None, sk
         health_timeout=min(deadline, float(profile.gate.health.timeoutSeconds)),
         smoke=profile if profile.gate.smoke.enabled and not skip_bench else None,
         max_num_seqs=profile.engine.maxNumSeqs,
+        group=group_watch(objects, float(profile.rollout.groupJoinSeconds)),
     )
+
+
+def group_watch(objects: list[dict[str, Any]], join_seconds: float) -> group_rollout.GroupWatch | None:
+    """The copies across nodes among ``objects`` (RayClusters), or None when a Deployment runs them."""
+    copies = [o for o in objects if o.get("kind") == "RayCluster"]
+    if not copies:
+        return None
+    workers = sum(int(g.get("replicas", 0)) for g in copies[0]["spec"].get("workerGroupSpecs") or [])
+    names = tuple(o["metadata"]["name"] for o in copies)
+    return group_rollout.GroupWatch(copies=names, size=workers + 1, join_seconds=join_seconds)
+
+
+def _serving_pod(objects: list[dict[str, Any]]) -> dict[str, Any]:
+    """The pod template that serves HTTP: the Deployment's, or a copy's Ray head."""
+    for obj in objects:
+        if obj.get("kind") == "Deployment":
+            template: dict[str, Any] = obj["spec"]["template"]
+            return template
+        if obj.get("kind") == "RayCluster":
+            head: dict[str, Any] = obj["spec"]["headGroupSpec"]["template"]
+            return head
+    return {}
 
 
 def stored_spec(
@@ -59,12 +91,15 @@ def stored_spec(
     No smoke run: a rollback restores what ran before, and health decides at 3 a.m.
     """
     deployment = next((o for o in objects if o.get("kind") == "Deployment"), {})
-    containers = deployment.get("spec", {}).get("template", {}).get("spec", {}).get("containers") or [{}]
+    containers = _serving_pod(objects).get("spec", {}).get("containers") or [{}]
     ports = containers[0].get("ports") or [{}]
     settings = target.stored_settings()
     health_section = settings.get("health")
     health_timeout = health_section.get("timeoutSeconds", 1800) if isinstance(health_section, dict) else 1800
-    deadline = timeout or float(deployment.get("spec", {}).get("progressDeadlineSeconds", 1800))
+    stored_rollout = target.stored_section("rollout")
+    progress_deadline = stored_rollout.get("progressDeadlineSeconds", 1800)
+    deadline = timeout or float(deployment.get("spec", {}).get("progressDeadlineSeconds", progress_deadline))
+    join_seconds = stored_rollout.get("groupJoinSeconds", 600)
     return GateSpec(
         model=target.model.name,
         port=int(ports[0].get("containerPort", 8000)),
@@ -72,6 +107,7 @@ def stored_spec(
         rollout_timeout=deadline,
         health_timeout=min(deadline, float(health_timeout)),
         smoke=None,
+        group=group_watch(objects, float(join_seconds)),
     )
 
 
@@ -103,14 +139,25 @@ def verify(
     """Watch, health-gate, read the start-up logs, smoke-gate; ``previous`` is the live release's
     stored gate report, for the regression check."""
     with timings.phase("rollout"):
-        result = rollout.watch_rollout(
-            kube,
-            namespace,
-            name,
-            timeout=spec.rollout_timeout,
-            progress=lambda m: report(phase or "rollout", m),
-            abort=abort,
-        )
+        if spec.group is not None:
+            result = group_rollout.watch_groups(
+                kube,
+                namespace,
+                name,
+                spec.group,
+                timeout=spec.rollout_timeout,
+                progress=lambda m: report(phase or "rollout", m),
+                abort=abort,
+            )
+        else:
+            result = rollout.watch_rollout(
+                kube,
+                namespace,
+                name,
+                timeout=spec.rollout_timeout,
+                progress=lambda m: report(phase or "rollout", m),
+                abort=abort,
+            )
     if not result.ok:
         assert result.failure is not None
         return Judgement(Failure(result.failure.cls, result.failure.message, "rollout"))

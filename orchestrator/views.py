@@ -43,6 +43,7 @@ def status(options: Options, name: str, namespace: str) -> dict[str, Any]:
             gpus = conventions.pod_gpus(pod)
         except ValueError:
             gpus = 0  # an unreadable quantity on someone's pod must not hide the release's status
+        labels = pod["metadata"].get("labels") or {}
         pod_rows.append(
             {
                 "name": pod["metadata"]["name"],
@@ -50,9 +51,13 @@ def status(options: Options, name: str, namespace: str) -> dict[str, Any]:
                 "phase": (pod.get("status") or {}).get("phase"),
                 "node": pod.get("spec", {}).get("nodeName"),
                 "gpus": gpus,
+                # A copy across nodes: which copy the pod belongs to and its role in it.
+                "copy": labels.get(conventions.COPY_LABEL),
+                "role": labels.get(conventions.GROUP_ROLE_LABEL),
             }
         )
     dep_status = deployment.get("status") or {}
+    copies = applyset.release_objects(kube, "RayCluster", name, namespace)
     return {
         "release": name,
         "namespace": namespace,
@@ -60,7 +65,9 @@ def status(options: Options, name: str, namespace: str) -> dict[str, Any]:
         "live_description": live.description if live else None,
         "image": live.image if live else None,
         "model": live.model.model_dump() if live else None,
-        "replicas": {
+        "replicas": _copy_counts(copies, pod_rows)
+        if copies
+        else {
             "desired": deployment.get("spec", {}).get("replicas"),
             "ready": dep_status.get("readyReplicas", 0),
             "updated": dep_status.get("updatedReplicas", 0),
@@ -71,6 +78,20 @@ def status(options: Options, name: str, namespace: str) -> dict[str, Any]:
         "last_failure": ({"revision": last_failed.revision, **(last_failed.failure or {})} if last_failed else None),
         "revisions": len(records),
     }
+
+
+def _copy_counts(copies: list[dict[str, Any]], pods: list[dict[str, Any]]) -> dict[str, int]:
+    """Copies across nodes: each is ready when all its pods are (the head serves only once its
+    workers joined Ray), and KubeRay counts its ready workers."""
+    ready = 0
+    for copy in copies:
+        name = copy["metadata"]["name"]
+        members = [p for p in pods if p["copy"] == name]
+        workers = sum(int(g.get("replicas", 0)) for g in copy.get("spec", {}).get("workerGroupSpecs") or [])
+        joined = int((copy.get("status") or {}).get("readyWorkerReplicas", 0))
+        if len(members) == workers + 1 and all(p["ready"] for p in members) and joined >= workers:
+            ready += 1
+    return {"desired": len(copies), "ready": ready, "updated": len(copies)}
 
 
 def planner_line(check: dict[str, Any]) -> str:
@@ -95,13 +116,25 @@ def format_status(data: dict[str, Any]) -> str:
         f"release {data['release']} in {data['namespace']}: live revision {data['live_revision']} "
         f"({data['live_description']}), {data['revisions']} revision{'s' if data['revisions'] != 1 else ''}",
         f"image: {data['image']}",
-        f"replicas: {data['replicas']['ready']}/{data['replicas']['desired']} ready",
+        f"{'copies' if any(p.get('copy') for p in data['pods']) else 'replicas'}: "
+        f"{data['replicas']['ready']}/{data['replicas']['desired']} ready",
     ]
-    if data["pods"]:
+    pods = data["pods"]
+    if any(p.get("copy") for p in pods):  # copies across nodes: every member, its copy and role
+        lines.append(
+            output.table(
+                ["COPY", "ROLE", "POD", "READY", "PHASE", "NODE", "GPUS"],
+                [
+                    [p["copy"], p["role"], p["name"], "yes" if p["ready"] else "no", p["phase"], p["node"], p["gpus"]]
+                    for p in sorted(pods, key=lambda p: (p["copy"] or "", p["role"] != "leader", p["name"]))
+                ],
+            )
+        )
+    elif pods:
         lines.append(
             output.table(
                 ["POD", "READY", "PHASE", "NODE", "GPUS"],
-                [[p["name"], "yes" if p["ready"] else "no", p["phase"], p["node"], p["gpus"]] for p in data["pods"]],
+                [[p["name"], "yes" if p["ready"] else "no", p["phase"], p["node"], p["gpus"]] for p in pods],
             )
         )
     gate = data.get("gate")
@@ -220,8 +253,8 @@ def calibration(options: Options, release: str, namespace: str, profile: Profile
             continue
         if not planner.same_setup(record.plan, profile):
             raise errors.UsageError(
-                f"revision {record.revision} of {release} ran another model, GPU, vLLM version or tensor-parallel "
-                "size than this profile; a calibration only carries over between the same ones"
+                f"revision {record.revision} of {release} ran another model, GPU, vLLM version, tensor- or pipeline-"
+                "parallel size than this profile; a calibration only carries over between the same ones"
             )
         return planner.calibrate(record.plan, observed, f"{release} revision {record.revision} in {namespace}")
     raise errors.UsageError(
