@@ -499,7 +499,7 @@ def story(demo: Demo, paths: dict[str, Path], slow_port: int, good_port: int, re
     demo.say(
         """
         Someone wants TP=8 for more KV cache. On paper it fits (8 × A100-80GB), and `validate`,
-        which needs no cluster, says so. But this cluster's A100 nodes have 4 GPUs each; the only 8-GPU node has H100s.
+        which needs no cluster, says so. But this cluster's A100 nodes have 4 GPUs each; its 8-GPU nodes have H100s.
         Preflight reads the nodes and refuses before anything is written: the live revision keeps
         serving, and no release record is added.
         """
@@ -614,10 +614,10 @@ def main() -> int:
         intro.say(
             f"""
             Real: deployctl, and a Kubernetes control plane on this machine — etcd,
-            kube-apiserver, kube-controller-manager, kube-scheduler, built from upstream sources
-            (cached in .cache/bin). Simulated: the nodes (kwok plays their kubelet, so pods go
+            kube-apiserver, kube-controller-manager, kube-scheduler, and KubeRay's ray-operator for
+            copies that span nodes, built from upstream sources (cached in .cache/bin). Simulated: the nodes (kwok plays their kubelet, so pods go
             Running and Ready but no container runs; two 4-GPU A100 NVLink nodes, one 4-GPU A100
-            PCIe node, one 8-GPU H100 node, one CPU node) and the inference server (e2e/sim, a
+            PCIe node, five 8-GPU H100 nodes, one CPU node) and the inference server (e2e/sim, a
             vLLM-compatible simulator with fixed latencies: no model, no GPU), reached through
             the API server's port-forward exactly as a real pod would be.
 

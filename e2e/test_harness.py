@@ -42,6 +42,7 @@ def pod_manifest(
     name: str,
     *,
     annotations: dict[str, str] | None = None,
+    labels: dict[str, str] | None = None,
     gpus: int = 0,
     node_labels: dict[str, list[str]] | None = None,
 ) -> dict[str, Any]:
@@ -61,7 +62,7 @@ def pod_manifest(
     return {
         "apiVersion": "v1",
         "kind": "Pod",
-        "metadata": {"name": name, "annotations": annotations or {}},
+        "metadata": {"name": name, "labels": labels or {}, "annotations": annotations or {}},
         "spec": spec,
     }
 
@@ -346,6 +347,107 @@ def test_never_ready_pod_runs_but_stays_unready(core: kubernetes.client.CoreV1Ap
     pod = core.read_namespaced_pod("stuck", namespace)
     assert condition(pod, "Ready") == "False"
     assert pod.status.container_statuses[0].state.running is not None
+
+
+def test_worker_behavior_overrides_behavior_on_worker_pods_only(
+    core: kubernetes.client.CoreV1Api, namespace: str
+) -> None:
+    crash_workers = {
+        "sim.deployctl.dev/worker-behavior": "crash-loop",
+        "sim.deployctl.dev/backoff": "1s",
+        "sim.deployctl.dev/ready-delay": "0s",
+    }
+    pods = {
+        # (labels, annotations): a copy whose workers crash while its leader serves ...
+        "leader": ({"deployctl.dev/group-role": "leader"}, crash_workers),
+        "worker": ({"deployctl.dev/group-role": "worker"}, crash_workers),
+        # ... and a worker whose own behaviour wins over the pod-wide one.
+        "healthy-worker": (
+            {"deployctl.dev/group-role": "worker"},
+            {
+                "sim.deployctl.dev/behavior": "crash-loop",
+                "sim.deployctl.dev/worker-behavior": "default",
+                "sim.deployctl.dev/ready-delay": "0s",
+            },
+        ),
+    }
+    for name, (labels, notes) in pods.items():
+        core.create_namespaced_pod(namespace, pod_manifest(name, labels=labels, annotations=notes))
+
+    def crashed() -> Any:
+        cs = (core.read_namespaced_pod("worker", namespace).status.container_statuses or [None])[0]
+        return cs if cs and cs.restart_count >= 1 else None
+
+    assert wait_for("the worker to crash", crashed).state.waiting.reason == "CrashLoopBackOff"
+    for name in ("leader", "healthy-worker"):
+        wait_for(
+            f"pod {name} Ready", lambda n=name: condition(core.read_namespaced_pod(n, namespace), "Ready") == "True"
+        )
+        assert core.read_namespaced_pod(name, namespace).status.container_statuses[0].restart_count == 0
+
+
+# --- KubeRay ------------------------------------------------------------------------------
+
+
+def test_ray_operator_reconciles_ray_cluster_into_ready_head_and_worker_on_one_fabric(
+    api_client: kubernetes.client.ApiClient, core: kubernetes.client.CoreV1Api, namespace: str
+) -> None:
+    groups = {g.name for g in kubernetes.client.ApisApi(api_client).get_api_versions().groups}
+    if "ray.io" not in groups:
+        pytest.skip("the cluster does not serve ray.io (KubeRay)")
+
+    def template(role: str, container: str) -> dict[str, Any]:
+        # A whole 8-GPU H100 node per Ray node, on the InfiniBand fabric the four share.
+        return {
+            "metadata": {"labels": {"deployctl.dev/group-role": role}},
+            "spec": {
+                "tolerations": [GPU_TOLERATION],
+                "nodeSelector": {"network.deployctl.dev/fabric": "ib-a"},
+                "containers": [{"name": container, "image": IMAGE, "resources": {"limits": {"nvidia.com/gpu": "8"}}}],
+            },
+        }
+
+    ray_cluster = {
+        "apiVersion": "ray.io/v1",
+        "kind": "RayCluster",
+        "metadata": {"name": "copy-0"},
+        "spec": {
+            "headGroupSpec": {"rayStartParams": {}, "template": template("leader", "ray-head")},
+            "workerGroupSpecs": [
+                {
+                    "groupName": "workers",
+                    "replicas": 1,
+                    "minReplicas": 1,
+                    "maxReplicas": 1,
+                    "rayStartParams": {},
+                    "template": template("worker", "ray-worker"),
+                }
+            ],
+        },
+    }
+    custom = kubernetes.client.CustomObjectsApi(api_client)
+    custom.create_namespaced_custom_object("ray.io", "v1", namespace, "rayclusters", ray_cluster)
+
+    def ready() -> dict[str, Any] | None:
+        obj = custom.get_namespaced_custom_object("ray.io", "v1", namespace, "rayclusters", "copy-0")
+        status: dict[str, Any] = obj.get("status") or {}
+        return status if status.get("state") == "ready" else None
+
+    # Generous: the operator, the scheduler and kwok share a loaded 2-core machine.
+    final = wait_for("RayCluster copy-0 state ready", ready, 60)
+    assert final["readyWorkerReplicas"] == 1
+    conditions = {c["type"]: c["status"] for c in final["conditions"]}
+    assert conditions["HeadPodReady"] == "True" and conditions["RayClusterProvisioned"] == "True"
+
+    pods = core.list_namespaced_pod(namespace, label_selector="ray.io/cluster=copy-0").items
+    by_type = {p.metadata.labels["ray.io/node-type"]: p for p in pods}
+    assert sorted(by_type) == ["head", "worker"] and len(pods) == 2
+    nodes = {p.spec.node_name for p in pods}
+    assert len(nodes) == 2 and all(n.startswith("gpu-h100-8x-") for n in nodes)
+    assert all(p.status.phase == "Running" and condition(p, "Ready") == "True" for p in pods)
+    assert final["head"]["podName"] == by_type["head"].metadata.name
+    head_service = core.read_namespaced_service(final["head"]["serviceName"], namespace)
+    assert head_service.spec.selector["ray.io/node-type"] == "head"
 
 
 # --- port-forward and the simulator -------------------------------------------------------

@@ -1,8 +1,10 @@
-"""What the local cluster holds from its start: kwok's CRDs, the stages, the simulated nodes.
+"""What the local cluster holds from its start: kwok's and KubeRay's CRDs, the stages, the
+simulated nodes.
 
 Applied with server-side apply through a small stdlib client authenticated as the admin,
-since this runs before any other client is set up. kwok's own stage files and CRDs are read
-from its Go module (the version build.sh built kwok from), never copied into the repository.
+since this runs before any other client is set up. kwok's own stage files and CRDs, and
+KubeRay's CRDs, are read from their Go modules in the module cache (the versions build.sh
+built kwok and ray-operator from), never copied into the repository.
 """
 
 from __future__ import annotations
@@ -37,6 +39,10 @@ KWOK_STAGES: dict[str, dict[str, int] | None] = {
     "kustomize/stage/pod/fast/pod-delete.yaml": None,
 }
 KWOK_CRD_DIR = "kustomize/crd/bases"
+KWOK_MODULE = ("kwok", "sigs.k8s.io/kwok")
+# ray.io RayCluster, RayJob and RayService: the operator runs a controller for each.
+KUBERAY_CRD_DIR = "config/crd/bases"
+KUBERAY_MODULE = ("kuberay", "github.com/ray-project/kuberay/ray-operator")
 OUR_STAGES = components.HERE / "sim-stages.yaml"
 NODES = components.HERE / "nodes.yaml"
 # The kinds applied here, and where they live in the API (all cluster-scoped).
@@ -97,11 +103,21 @@ class Api:
 
 def kwok_module_dir() -> Path:
     """kwok's Go module in the module cache: the exact version build.sh built kwok from."""
+    return _module_dir(*KWOK_MODULE)
+
+
+def kuberay_module_dir() -> Path:
+    """KubeRay's ray-operator module in the module cache, at the version of tools/kuberay/go.mod."""
+    return _module_dir(*KUBERAY_MODULE)
+
+
+def _module_dir(tool: str, module: str) -> Path:
+    """Where the Go module cache holds `module`, at the version the tools module `tool` requires."""
     if not shutil.which("go"):
-        raise components.ClusterError("'go' is not on PATH; it finds kwok's stages and CRDs in the module cache")
+        raise components.ClusterError(f"'go' is not on PATH; it finds {module}'s files in the module cache")
     out = subprocess.run(
-        ["go", "list", "-m", "-f", "{{.Dir}}", "sigs.k8s.io/kwok"],
-        cwd=components.HERE / "tools" / "kwok",
+        ["go", "list", "-m", "-f", "{{.Dir}}", module],
+        cwd=components.HERE / "tools" / tool,
         env={**os.environ, "GOFLAGS": "-mod=mod"},
         capture_output=True,
         text=True,
@@ -109,14 +125,26 @@ def kwok_module_dir() -> Path:
     )
     if out.returncode != 0 or not out.stdout.strip():
         raise components.ClusterError(
-            f"cannot locate the kwok module (go list: {out.stderr.strip()[:300]}); run e2e/cluster/build.sh"
+            f"cannot locate the module {module} (go list: {out.stderr.strip()[:300]}); run e2e/cluster/build.sh"
         )
     return Path(out.stdout.strip())
 
 
 def apply_crds(api: Api, kwok_module: Path) -> list[str]:
     """Apply kwok's CRDs; returns their names."""
-    crds = [doc for f in sorted((kwok_module / KWOK_CRD_DIR).glob("*.yaml")) for doc in _load_yaml(f)]
+    return _apply_crd_files(api, sorted((kwok_module / KWOK_CRD_DIR).glob("*.yaml")))
+
+
+def apply_kuberay_crds(api: Api, kuberay_module: Path) -> list[str]:
+    """Apply KubeRay's CRDs (RayCluster, RayJob, RayService); returns their names."""
+    files = sorted((kuberay_module / KUBERAY_CRD_DIR).glob("ray.io_*.yaml"))
+    if not files:
+        raise components.ClusterError(f"no ray.io CRDs in {kuberay_module / KUBERAY_CRD_DIR}")
+    return _apply_crd_files(api, files)
+
+
+def _apply_crd_files(api: Api, files: list[Path]) -> list[str]:
+    crds = [doc for f in files for doc in _load_yaml(f)]
     for crd in crds:
         api.apply(crd)
     return [crd["metadata"]["name"] for crd in crds]
@@ -125,7 +153,7 @@ def apply_crds(api: Api, kwok_module: Path) -> list[str]:
 def crds_established(api: Api, names: list[str]) -> bool:
     for name in names:
         crd = api.get(f"{RESOURCE_PATHS['CustomResourceDefinition']}/{name}")
-        conditions = crd.get("status", {}).get("conditions", [])
+        conditions = (crd.get("status") or {}).get("conditions") or []  # null while being set up
         if not any(c["type"] == "Established" and c["status"] == "True" for c in conditions):
             return False
     return True
@@ -157,5 +185,9 @@ def unready_nodes(api: Api) -> list[str]:
     return sorted(wanted - ready)
 
 
+# libyaml when PyYAML has it: KubeRay's CRDs are 3 MB of YAML, 3 s to parse in pure Python.
+_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
 def _load_yaml(path: Path) -> list[dict[str, Any]]:
-    return [doc for doc in yaml.safe_load_all(path.read_text()) if doc]
+    return [doc for doc in yaml.load_all(path.read_text(), Loader=_LOADER) if doc]

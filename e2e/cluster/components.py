@@ -1,7 +1,8 @@
 """The local cluster's components: where they listen, where their files live, how each starts.
 
 Command lines and config files for etcd, kube-apiserver, kube-controller-manager,
-kube-scheduler and kwok, and the kubeconfig each client component authenticates with.
+kube-scheduler, kwok and KubeRay's ray-operator, and the kubeconfig each client component
+authenticates with.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ ROOT = Path(__file__).resolve().parents[2]
 HERE = Path(__file__).resolve().parent
 # Where build.sh puts the binaries (kubectl and helm too).
 BIN_DIR = Path(os.environ.get("DEPLOYCTL_BIN", ROOT / ".cache" / "bin"))
-COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok")
+COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok", "ray-operator")
 SERVICE_CIDR = "10.96.0.0/16"
 POD_CIDR = "10.244.0.0/16"
 # kwok takes charge of the nodes carrying this annotation (nodes.yaml sets it).
@@ -44,6 +45,9 @@ class Ports:
     kwok: int = 64431
     controller_manager: int = 64432
     scheduler: int = 64433
+    # ray-operator's two plain-HTTP listeners (controller-runtime's defaults are :8080 and :8082).
+    ray_operator_metrics: int = 64434
+    ray_operator_probe: int = 64435
 
     @classmethod
     def from_env(cls) -> Ports:
@@ -185,6 +189,19 @@ def kwok_args(layout: Layout) -> list[str]:
     ]
 
 
+def ray_operator_args(layout: Layout, ports: Ports) -> list[str]:
+    """KubeRay's operator: reconciles RayCluster (and RayJob, RayService) into pods and Services."""
+    return [
+        str(BIN_DIR / "ray-operator"),
+        f"--kubeconfig={layout.component_kubeconfig('ray-operator')}",
+        f"--metrics-addr=127.0.0.1:{ports.ray_operator_metrics}",
+        f"--health-probe-bind-address=127.0.0.1:{ports.ray_operator_probe}",
+        # One instance only, as for the controller manager: a restart need not wait out a lease.
+        "--enable-leader-election=false",
+        "--log-stdout-encoder=console",
+    ]
+
+
 def kwok_env(layout: Layout) -> dict[str, str]:
     # Its own work directory keeps kwok from also loading a user's ~/.kwok/kwok.yaml.
     return {"KWOK_WORKDIR": str(layout.kwok_workdir)}
@@ -222,6 +239,9 @@ def write_kubeconfigs(layout: Layout, certs: pki.Pki, ports: Ports) -> None:
         "kube-controller-manager": pki.CONTROLLER_MANAGER,
         "kube-scheduler": pki.SCHEDULER,
         "kwok": pki.KWOK,
+        # A file of its own, as the admin: KubeRay's Helm chart would bind it a ClusterRole, but
+        # the operator is a dependency of deployctl here, not under test, like kwok.
+        "ray-operator": pki.ADMIN,
     }
     layout.kubeconfigs.mkdir(exist_ok=True)
     for component, identity in users.items():

@@ -5,15 +5,16 @@
     python e2e/cluster/localcluster.py down     # stop every process, wipe the etcd data
 
 etcd, kube-apiserver, kube-controller-manager and kube-scheduler are the upstream binaries
-that e2e/cluster/build.sh builds into .cache/bin; kwok plays the kubelet of the nodes in
-nodes.yaml, driven by the stage files of its own Go module plus sim-stages.yaml. Everything
-listens on 127.0.0.1 only. State (PKI, kubeconfigs, etcd data, pids) lives under the state
-directory, default .cache/cluster; component logs under its logs/ and are kept after a
-failure (the previous run's move to logs.prev/). The admin kubeconfig is <state>/kubeconfig.
+that e2e/cluster/build.sh builds into .cache/bin, as is KubeRay's ray-operator (its CRDs come
+from its Go module); kwok plays the kubelet of the nodes in nodes.yaml, driven by the stage
+files of its own Go module plus sim-stages.yaml. Everything listens on 127.0.0.1 only. State
+(PKI, kubeconfigs, etcd data, pids) lives under the state directory, default .cache/cluster;
+component logs under its logs/ and are kept after a failure (the previous run's move to
+logs.prev/). The admin kubeconfig is <state>/kubeconfig.
 
 Ports are fixed so a reused cluster is found again, and chosen outside the usual defaults and
 the Linux ephemeral range; override them with DEPLOYCTL_CLUSTER_{ETCD,ETCD_PEER,APISERVER,
-KWOK,CONTROLLER_MANAGER,SCHEDULER}_PORT.
+KWOK,CONTROLLER_MANAGER,SCHEDULER,RAY_OPERATOR_METRICS,RAY_OPERATOR_PROBE}_PORT.
 """
 
 from __future__ import annotations
@@ -65,7 +66,8 @@ class Cluster:
 def up(state_dir: str | Path = ".cache/cluster") -> Cluster:
     """Start the cluster, or return the running one when it is healthy.
 
-    A recorded cluster that is unhealthy (a process died, ports changed) is stopped and
+    A recorded cluster that is unhealthy (a process died, ports changed, or it was started
+    by an older version of this module without one of components.COMPONENTS) is stopped and
     started afresh, with empty etcd data. Returns once every node is Ready and schedulable.
     """
     layout = components.Layout(_resolve(state_dir))
@@ -111,7 +113,7 @@ def status(state_dir: str | Path = ".cache/cluster") -> list[str]:
 # Components a fault test may stop and start again while the rest keep running. etcd holds
 # the data (a restart would need the same data dir and gains nothing), and kwok's simulated
 # pods would lose their state.
-RESTARTABLE = ("kube-apiserver", "kube-controller-manager", "kube-scheduler")
+RESTARTABLE = ("kube-apiserver", "kube-controller-manager", "kube-scheduler", "ray-operator")
 
 
 def stop_component(name: str, state_dir: str | Path = ".cache/cluster", *, crash: bool = False) -> None:
@@ -146,6 +148,7 @@ def start_component(name: str, state_dir: str | Path = ".cache/cluster") -> None
             "kube-apiserver": lambda: components.apiserver_args(layout, certs, ports),
             "kube-controller-manager": lambda: components.controller_manager_args(layout, certs, ports),
             "kube-scheduler": lambda: components.scheduler_args(layout, ports),
+            "ray-operator": lambda: components.ray_operator_args(layout, ports),
         }[name]()
         procs[name] = _spawn(layout, name, argv, None)
         _write_state(layout, ports, procs)
@@ -153,6 +156,7 @@ def start_component(name: str, state_dir: str | Path = ".cache/cluster") -> None
             "kube-apiserver": lambda: bootstrap.Api(layout, ports).ok("/readyz"),
             "kube-controller-manager": lambda: _healthz(ports.controller_manager),
             "kube-scheduler": lambda: _healthz(ports.scheduler),
+            "ray-operator": lambda: _ray_operator_ready(ports),
         }[name]
         _wait(name, ready, layout, {name: procs[name]})
 
@@ -182,7 +186,7 @@ def _start(layout: components.Layout, ports: components.Ports) -> Cluster:
     certs = pki.ensure(layout.pki.dir)
     components.write_kubeconfigs(layout, certs, ports)
     components.write_kwok_config(layout, certs, ports)
-    kwok_module = bootstrap.kwok_module_dir()
+    kwok_module, kuberay_module = bootstrap.kwok_module_dir(), bootstrap.kuberay_module_dir()
     api = bootstrap.Api(layout, ports)
     procs: dict[str, int] = {}
 
@@ -205,8 +209,14 @@ def _start(layout: components.Layout, ports: components.Ports) -> Cluster:
         launch("kube-controller-manager", components.controller_manager_args(layout, certs, ports))
         launch("kube-scheduler", components.scheduler_args(layout, ports))
         launch("kwok", components.kwok_args(layout), components.kwok_env(layout))
+        # KubeRay's CRDs (3 MB, 2-3 s to apply and establish) while the controller manager
+        # readies the nodes; ray-operator needs them served before its controllers start.
+        ray_crds = bootstrap.apply_kuberay_crds(api, kuberay_module)
+        wait("KubeRay CRDs established", lambda: bootstrap.crds_established(api, ray_crds))
+        launch("ray-operator", components.ray_operator_args(layout, ports))
         wait("kube-controller-manager", lambda: _healthz(ports.controller_manager))
         wait("kube-scheduler", lambda: _healthz(ports.scheduler))
+        wait("ray-operator", lambda: _ray_operator_ready(ports))
         wait("nodes Ready", lambda: not bootstrap.unready_nodes(api))
     except BaseException:
         log.error("cluster start failed; logs are in %s", layout.logs)
@@ -270,13 +280,22 @@ def _healthz(port: int) -> bool:
     return _http_ok(f"https://127.0.0.1:{port}/healthz", insecure)
 
 
+def _ray_operator_ready(ports: components.Ports) -> bool:
+    """ray-operator's readiness probe (plain HTTP). It answers once the manager runs; its
+    controllers list their objects when their caches sync, so nothing created before is missed."""
+    return _http_ok(f"http://127.0.0.1:{ports.ray_operator_probe}/readyz")
+
+
 def _problems(state: dict[str, Any], api: bootstrap.Api) -> list[str]:
     bin_dir = Path(state["bin_dir"])
+    # A cluster recorded before a component joined COMPONENTS lacks it: "not running", restarted.
     dead = [n for n in components.COMPONENTS if not _alive(state["processes"].get(n, -1), str(bin_dir / n))]
     if dead:
         return [f"not running: {', '.join(dead)}"]
     if not api.ok("/readyz"):
         return ["kube-apiserver is not ready"]
+    if not _ray_operator_ready(components.Ports(**state["ports"])):
+        return ["ray-operator is not ready"]
     try:
         unready = bootstrap.unready_nodes(api)
     except (ClusterError, OSError) as e:  # the API server went away since /readyz
@@ -330,7 +349,7 @@ def _stop(layout: components.Layout, state: dict[str, Any]) -> None:
     # In waves, each waited for: the API server's clients, then the API server, then etcd.
     # An API server whose etcd is gone hangs on its way out instead of stopping in a second.
     waves: tuple[tuple[str, ...], ...] = (
-        ("kwok", "kube-scheduler", "kube-controller-manager"),
+        ("kwok", "kube-scheduler", "kube-controller-manager", "ray-operator"),
         ("kube-apiserver",),
         ("etcd",),
     )
