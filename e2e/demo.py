@@ -615,8 +615,9 @@ def main() -> int:
             f"""
             Real: deployctl, and a Kubernetes control plane on this machine — etcd,
             kube-apiserver, kube-controller-manager, kube-scheduler, and KubeRay's ray-operator for
-            copies that span nodes, built from upstream sources (cached in .cache/bin). Simulated: the nodes (kwok plays their kubelet, so pods go
-            Running and Ready but no container runs; two 4-GPU A100 NVLink nodes, one 4-GPU A100
+            copies that span nodes, built from upstream sources (cached in .cache/bin). Simulated:
+            the nodes (kwok plays their kubelet, so pods go Running and Ready but no container
+            runs; two 4-GPU A100 NVLink nodes, one 4-GPU A100
             PCIe node, five 8-GPU H100 nodes, one CPU node) and the inference server (e2e/sim, a
             vLLM-compatible simulator with fixed latencies: no model, no GPU), reached through
             the API server's port-forward exactly as a real pod would be.

@@ -307,3 +307,18 @@ def test_scaling_to_two_copies_adds_one_beside_the_running_copy_and_keeps_it(env
     (kept,) = (rc for rc in rayclusters(env) if rc["metadata"]["name"] == first["metadata"]["name"])
     assert kept["metadata"]["uid"] == first["metadata"]["uid"], "the running copy was not replaced"
     assert len({p.spec.node_name for p in pods(env)}) == 4 and env.status()["replicas"]["ready"] == 2
+
+
+def test_a_head_that_never_becomes_healthy_fails_the_health_gate_and_the_copy_is_rolled_back(
+    env: ReleaseEnv, simulator: Any
+) -> None:
+    assert env.apply(two_node(env.namespace)).code == 0
+    (good,) = (rc["metadata"]["name"] for rc in rayclusters(env))
+    env.forward_8001(simulator(model="sim-model", fault="health-fail").port)
+    sick = two_node(env.namespace, engine={"port": 8001}, gate={"health": {"timeoutSeconds": 10}})
+    result = env.apply(sick)
+    assert result.code == 6, result.stdout + result.stderr
+    out = result.json
+    assert out["failure"]["class"] == "health" and out["rolled_back_to"] == 1
+    assert "-head-" in out["failure"]["message"], "the health gate names the head it asked"
+    assert [rc["metadata"]["name"] for rc in rayclusters(env)] == [good]
