@@ -15,7 +15,8 @@ start-up logs (see docs/capacity.md, and the datapoints in tests/test_planner.py
 honest).
 
 A copy may span nodes (one pod per node): each GPU is sized for its own pipeline stage, and the layout
-findings keep tensor-parallel groups inside a node and say what crosses the network between nodes.
+findings (``orchestrator.layout``) keep tensor-parallel groups inside a node and say what crosses the
+network between nodes.
 
 Pure: takes a Profile, returns a Plan. Its only I/O is reading a model config through the catalog.
 """
@@ -28,18 +29,19 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from orchestrator import catalog, errors, vllm_flags
+from orchestrator import catalog, errors, layout, vllm_flags
 from orchestrator import profile as profile_schema
 
-Severity = Literal["invalid", "error", "warning", "info"]
+# Findings are the layout module's type: it sits below the planner and must not import it. These
+# names stay the planner's public API.
+Finding = layout.Finding
+Severity = layout.Severity
 Verdict = Literal["fits", "does-not-fit", "invalid"]
 SEVERITY_ORDER: dict[str, int] = {"info": 0, "warning": 1, "error": 2, "invalid": 3}
 
 GIB = 1 << 30
-KIB = 1 << 10
 BLOCK_SIZE = 16  # vLLM's default KV block size for CUDA attention backends
 VOCAB_PADDING = 64  # VocabParallelEmbedding pads the vocabulary to a multiple of 64 before sharding
-ACTIVATION_BYTES = 2  # activations run in the 16-bit model dtype
 
 # vLLM's profile run ends with a dummy sampler pass over max_num_seqs rows of full-vocabulary float32
 # logits; the logged torch peak is ~3.85 such tensors (logits, probabilities, sort/top-p buffers). Fitted
@@ -69,30 +71,6 @@ CUDA_GRAPH_GIB_BASE = 0.35
 CUDA_GRAPH_GIB_PER_LAYER = 0.016
 CUDA_GRAPHS_RESERVED_SINCE = (0, 21)
 
-# Link speeds the traffic figures use, in GB/s (10^9 bytes/s) per GPU and per direction: a ring
-# all-reduce sends and receives at once, so one direction is what bounds it. NVLink is NVIDIA's
-# per-GPU figure halved (H100/H200 SXM 900 GB/s both ways, A100 and H100 NVL's bridge 600); PCIe 4.0
-# x16 32 GB/s. Between nodes: one 400 Gb/s NIC per GPU, as HGX H100 nodes have, for InfiniBand NDR
-# and RoCE; one 100 GbE link for plain Ethernet.
-_NVLINK_GB_S: dict[str, float] = {
-    "A100-40GB": 300.0,
-    "A100-80GB": 300.0,
-    "H100-80GB": 450.0,
-    "H100-NVL": 300.0,
-    "H200": 450.0,
-}
-_NVLINK_GB_S_OTHER = 450.0
-_PCIE_GB_S = 32.0
-_NODE_LINKS: dict[str | None, tuple[str, float]] = {
-    "infiniband": ("InfiniBand NDR (400 Gb/s per GPU)", 50.0),
-    "roce": ("RoCE (400 GbE per GPU)", 50.0),
-    "ethernet": ("100 GbE over TCP", 12.5),
-    None: ("the network: at best InfiniBand NDR (400 Gb/s per GPU; hardware.nodeInterconnect is unset)", 50.0),
-}
-# The prefill pace the Ethernet figure assumes: full steps of max_num_batched_tokens per second. An
-# estimate only; the real pace depends on the model, the GPUs and the prompts.
-_PREFILL_STEPS_PER_S = 4
-
 # vLLM's default --max-num-batched-tokens for the OpenAI server (EngineArgs.get_batch_defaults): larger
 # GPUs get larger batches, except A100, where larger batches lowered throughput (vLLM PR #17885).
 DEFAULT_BATCHED_TOKENS_LARGE = 16384  # ≥ 160 GiB
@@ -108,19 +86,6 @@ _WEIGHT_BYTES: dict[str, float] = {
     "int4": 0.5 + 2.5 / 128,
 }
 _KV_BYTES: dict[str, int] = {"fp8": 1, "fp8_e4m3": 1, "fp8_e5m2": 1}
-
-
-@dataclass(frozen=True)
-class Finding:
-    """One thing the planner has to say, about one profile field."""
-
-    code: str
-    severity: Severity
-    message: str
-    field: str  # the profile path, e.g. engine.tensorParallelSize, so the CLI can show the YAML line
-
-    def to_json(self) -> dict[str, str]:
-        return {"code": self.code, "severity": self.severity, "message": self.message, "field": self.field}
 
 
 @dataclass(frozen=True)
@@ -193,40 +158,6 @@ class Plan:
 
 
 @dataclass(frozen=True)
-class _Layout:
-    """How one model copy is split: the numbers every formula below needs."""
-
-    arch: catalog.ModelArch
-    tp: int
-    pp: int
-    weight_bytes: float  # per quantizable (linear-layer) weight
-    kv_bytes: int  # per KV element
-
-    @property
-    def layers_per_gpu(self) -> int:
-        # vLLM spreads layers as evenly as it can; the stage with the most layers bounds the KV cache.
-        return math.ceil(self.arch.num_hidden_layers / self.pp)
-
-    @property
-    def kv_heads_per_gpu(self) -> int:
-        # Fewer KV heads than GPUs: vLLM replicates KV heads so each GPU holds at least one.
-        return math.ceil(self.arch.num_key_value_heads / self.tp)
-
-    @property
-    def q_heads_per_gpu(self) -> int:
-        return math.ceil(self.arch.num_attention_heads / self.tp)
-
-    @property
-    def mlp_width_per_gpu(self) -> int:
-        width = self.arch.moe_intermediate_size or self.arch.intermediate_size
-        return math.ceil(width / self.tp)
-
-    def kv_bytes_per_token(self) -> int:
-        a = self.arch
-        return 2 * self.layers_per_gpu * self.kv_heads_per_gpu * a.head_dim * self.kv_bytes
-
-
-@dataclass(frozen=True)
 class Calibration:
     """What a running engine showed about the memory the model does not explain (``calibrate``)."""
 
@@ -266,7 +197,7 @@ def plan(profile: profile_schema.Profile, calibration: Calibration | None = None
     native_fp8 = hw.fp8 if hw.fp8 is not None else (gpu.fp8 if gpu else False)
     weights_dtype = _weights_dtype(profile.model.weightsDtype, arch)
     kv_dtype_bytes = _KV_BYTES.get(eng.kvCacheDtype, 2)
-    layout = _Layout(
+    split = layout.Split(
         arch, eng.tensorParallelSize, eng.pipelineParallelSize, _WEIGHT_BYTES[weights_dtype], kv_dtype_bytes
     )
     batched_tokens = _batched_tokens(profile, gpu, total_gib)
@@ -274,13 +205,13 @@ def plan(profile: profile_schema.Profile, calibration: Calibration | None = None
     graphs_reserved = _version(eng.vllmVersion) >= CUDA_GRAPHS_RESERVED_SINCE and not eager
 
     budget = total_gib * eng.gpuMemoryUtilization
-    weights = _weights_bytes_per_gpu(layout) / GIB
-    activation = _activation_bytes(layout, batched_tokens, eng.maxNumSeqs) / GIB
-    non_torch = NON_TORCH_GIB_SINGLE if layout.tp == 1 else NON_TORCH_GIB_TENSOR_PARALLEL
-    graphs = CUDA_GRAPH_GIB_BASE + CUDA_GRAPH_GIB_PER_LAYER * layout.layers_per_gpu if graphs_reserved else 0.0
+    weights = _weights_bytes_per_gpu(split) / GIB
+    activation = _activation_bytes(split, batched_tokens, eng.maxNumSeqs) / GIB
+    non_torch = NON_TORCH_GIB_SINGLE if split.tp == 1 else NON_TORCH_GIB_TENSOR_PARALLEL
+    graphs = CUDA_GRAPH_GIB_BASE + CUDA_GRAPH_GIB_PER_LAYER * split.layers_per_gpu if graphs_reserved else 0.0
     available = budget - weights - activation - non_torch - graphs - (calibration.overhead_gib if calibration else 0.0)
 
-    kv_per_token = layout.kv_bytes_per_token()
+    kv_per_token = split.kv_bytes_per_token()
     blocks = max(0, math.floor(available * GIB / (kv_per_token * BLOCK_SIZE)))
     blocks_per_seq = math.ceil(eng.maxModelLen / BLOCK_SIZE)
     concurrency = blocks / blocks_per_seq
@@ -292,7 +223,7 @@ def plan(profile: profile_schema.Profile, calibration: Calibration | None = None
         batched_tokens=batched_tokens,
         profile=profile,
         arch=arch,
-        layout=layout,
+        split=split,
         total_gib=total_gib,
         native_fp8=native_fp8,
         budget=budget,
@@ -305,7 +236,7 @@ def plan(profile: profile_schema.Profile, calibration: Calibration | None = None
     )
     findings = tuple(sorted(_findings(ctx), key=lambda f: -SEVERITY_ORDER[f.severity]))
 
-    whole_model = _Layout(arch, 1, 1, layout.weight_bytes, kv_dtype_bytes)
+    whole_model = layout.Split(arch, 1, 1, split.weight_bytes, kv_dtype_bytes)
     return Plan(
         weights_gib_per_gpu=weights,
         kv_bytes_per_token_per_gpu=kv_per_token,
@@ -330,20 +261,20 @@ def plan(profile: profile_schema.Profile, calibration: Calibration | None = None
             "model_type": arch.model_type,
             "params": _params_total(arch),
             "layers": arch.num_hidden_layers,
-            "layers_per_gpu": layout.layers_per_gpu,
+            "layers_per_gpu": split.layers_per_gpu,
             "attention_heads": arch.num_attention_heads,
             "kv_heads": arch.num_key_value_heads,
-            "kv_heads_per_gpu": layout.kv_heads_per_gpu,
+            "kv_heads_per_gpu": split.kv_heads_per_gpu,
             "head_dim": arch.head_dim,
             "hidden_size": arch.hidden_size,
             "vocab_size": arch.vocab_size,
             "experts": arch.num_local_experts,
             "weights_dtype": weights_dtype,
-            "weights_bytes_per_param": layout.weight_bytes,
+            "weights_bytes_per_param": split.weight_bytes,
             "kv_cache_dtype": eng.kvCacheDtype,
             "kv_cache_bytes_per_element": kv_dtype_bytes,
-            "tensor_parallel_size": layout.tp,
-            "pipeline_parallel_size": layout.pp,
+            "tensor_parallel_size": split.tp,
+            "pipeline_parallel_size": split.pp,
             "gpus_per_replica": profile.gpus_per_copy,
             "nodes_per_copy": profile.nodes_per_copy,
             "gpus_per_pod": profile.gpus_per_pod,
@@ -438,34 +369,34 @@ def _version(text: str) -> tuple[int, ...]:
 # --- memory terms ------------------------------------------------------------------------------
 
 
-def _layer_params_per_gpu(layout: _Layout) -> tuple[float, float]:
+def _layer_params_per_gpu(split: layout.Split) -> tuple[float, float]:
     """(quantizable linear weights, 16-bit weights) of one decoder layer on one GPU."""
-    a = layout.arch
+    a = split.arch
     h, hd = a.hidden_size, a.head_dim
-    q_out = layout.q_heads_per_gpu * hd
-    kv_out = layout.kv_heads_per_gpu * hd
+    q_out = split.q_heads_per_gpu * hd
+    kv_out = split.kv_heads_per_gpu * hd
     linear = h * q_out + 2 * h * kv_out + q_out * h
     sixteen_bit = 2 * h  # input and post-attention RMSNorm, replicated on every GPU
     if a.qkv_bias:
         sixteen_bit += q_out + 2 * kv_out
     if a.is_moe:
-        linear += a.num_local_experts * 3 * h * layout.mlp_width_per_gpu
+        linear += a.num_local_experts * 3 * h * split.mlp_width_per_gpu
         sixteen_bit += h * a.num_local_experts  # the router stays 16-bit and is replicated
     else:
-        linear += 3 * h * layout.mlp_width_per_gpu
+        linear += 3 * h * split.mlp_width_per_gpu
     return float(linear), float(sixteen_bit)
 
 
-def _weights_bytes_per_gpu(layout: _Layout) -> float:
+def _weights_bytes_per_gpu(split: layout.Split) -> float:
     """Weight bytes on the heaviest GPU: its share of the layers plus embedding and/or LM head."""
-    a = layout.arch
-    linear, sixteen_bit = _layer_params_per_gpu(layout)
-    layers = layout.layers_per_gpu * (linear * layout.weight_bytes + sixteen_bit * 2)
+    a = split.arch
+    linear, sixteen_bit = _layer_params_per_gpu(split)
+    layers = split.layers_per_gpu * (linear * split.weight_bytes + sixteen_bit * 2)
     padded_vocab = math.ceil(a.vocab_size / VOCAB_PADDING) * VOCAB_PADDING
     # Embedding and LM head stay 16-bit in fp8/int8/int4 checkpoints (that is ~1 GiB on 70B models).
-    table = math.ceil(padded_vocab / layout.tp) * a.hidden_size * 2
+    table = math.ceil(padded_vocab / split.tp) * a.hidden_size * 2
     final_norm = a.hidden_size * 2
-    if layout.pp == 1:
+    if split.pp == 1:
         ends = table + (0 if a.tie_word_embeddings else table) + final_norm
     else:
         # The first stage holds the embedding, the last the LM head (its own copy even when tied).
@@ -476,23 +407,23 @@ def _weights_bytes_per_gpu(layout: _Layout) -> float:
 
 
 def _params_total(arch: catalog.ModelArch) -> int:
-    whole = _Layout(arch, 1, 1, 1.0, 2)
+    whole = layout.Split(arch, 1, 1, 1.0, 2)
     linear, sixteen_bit = _layer_params_per_gpu(whole)
     table = arch.vocab_size * arch.hidden_size
     tables = table if arch.tie_word_embeddings else 2 * table
     return int(arch.num_hidden_layers * (linear + sixteen_bit) + tables + arch.hidden_size)
 
 
-def _activation_bytes(layout: _Layout, batched_tokens: int, max_num_seqs: int) -> float:
+def _activation_bytes(split: layout.Split, batched_tokens: int, max_num_seqs: int) -> float:
     """Peak transient memory of vLLM's profile run: the bigger of forward pass and dummy sampler."""
-    a = layout.arch
-    width = layout.mlp_width_per_gpu
+    a = split.arch
+    width = split.mlp_width_per_gpu
     if a.is_moe:
         # fused_moe keeps per-(token, expert) caches of 2·I, I and H for the top-k experts of each token.
         per_token = a.num_experts_per_tok * (3 * width + a.hidden_size) + HIDDEN_COPIES * a.hidden_size
     else:
         per_token = 3 * width + HIDDEN_COPIES * a.hidden_size
-    forward = batched_tokens * per_token * ACTIVATION_BYTES
+    forward = batched_tokens * per_token * layout.ACTIVATION_BYTES
     sampler_rows = min(max_num_seqs, batched_tokens)
     sampler = SAMPLER_FP32_COPIES * sampler_rows * a.vocab_size * 4
     return max(forward, sampler)
@@ -505,7 +436,7 @@ def _activation_bytes(layout: _Layout, batched_tokens: int, max_num_seqs: int) -
 class _Context:
     profile: profile_schema.Profile
     arch: catalog.ModelArch
-    layout: _Layout
+    split: layout.Split
     total_gib: float
     native_fp8: bool
     budget: float
@@ -521,34 +452,23 @@ class _Context:
 def _findings(c: _Context) -> list[Finding]:
     out: list[Finding] = []
     out += _parallelism_findings(c)
-    out += _layout_findings(c)
+    out += layout.findings(c.profile, c.split, c.batched_tokens)
     out += _context_length_findings(c)
     out += _memory_findings(c)
     out += _hardware_findings(c)
     return out
 
 
-def valid_tensor_parallel_sizes(arch: catalog.ModelArch, limit: int = 64) -> list[int]:
-    """TP sizes vLLM accepts for ``arch``: they divide the attention heads and the MLP width, and the
-    KV heads either split evenly across them or are replicated an equal number of times."""
-    kv = arch.num_key_value_heads
-    width = arch.moe_intermediate_size or arch.intermediate_size
-    return [
-        tp
-        for tp in range(1, limit + 1)
-        if arch.num_attention_heads % tp == 0 and width % tp == 0 and (kv % tp == 0 or tp % kv == 0)
-    ]
-
-
 def _parallelism_findings(c: _Context) -> list[Finding]:
     out: list[Finding] = []
     eng, hw, a = c.profile.engine, c.profile.hardware, c.arch
     tp, pp = eng.tensorParallelSize, eng.pipelineParallelSize
-    valid = valid_tensor_parallel_sizes(a)
+    valid = layout.valid_tensor_parallel_sizes(a)
     if tp not in valid:
         msg = (
             f"tensorParallelSize {tp} does not split {a.source} evenly ({a.num_attention_heads} "
-            f"attention heads, {a.num_key_value_heads} KV heads): vLLM refuses it. Use one of {_join(valid)}."
+            f"attention heads, {a.num_key_value_heads} KV heads): vLLM refuses it. "
+            f"Use one of {layout.join_words(valid)}."
         )
         out.append(Finding("tp-not-divisor", "invalid", msg, "engine.tensorParallelSize"))
     if pp > a.num_hidden_layers:
@@ -565,211 +485,6 @@ def _parallelism_findings(c: _Context) -> list[Finding]:
         )
         out.append(Finding("tp-over-pcie", "warning", msg, "hardware.interconnect"))
     return out
-
-
-# --- multi-node layout ---------------------------------------------------------------------------
-
-
-def _nodes_for(gpus: int, gpus_per_node: int, tp: int) -> int:
-    """Nodes a copy of ``gpus`` GPUs takes by default, or 0 when that split leaves a pod of unequal
-    size or a tensor-parallel group across a node boundary."""
-    nodes = -(-gpus // gpus_per_node)
-    pod = gpus // nodes
-    return nodes if gpus % nodes == 0 and pod % tp == 0 else 0
-
-
-def _in_node_layout(c: _Context) -> tuple[int, int, int] | None:
-    """(TP, PP, nodes) for the same GPUs with every tensor-parallel group inside one node: the largest
-    valid TP up to a node's GPUs, pipeline stages for the rest."""
-    gpus, gpn = c.profile.gpus_per_copy, c.profile.hardware.gpusPerNode
-    for tp in reversed(valid_tensor_parallel_sizes(c.arch)):
-        nodes = _nodes_for(gpus, gpn, tp) if tp <= gpn and gpus % tp == 0 else 0
-        if nodes and gpus // tp <= c.arch.num_hidden_layers:
-            return tp, gpus // tp, nodes
-    return None
-
-
-def _pp_bytes_per_token(a: catalog.ModelArch) -> int:
-    # vLLM's decoder models hand the next stage the hidden state and the residual (IntermediateTensors).
-    return 2 * a.hidden_size * ACTIVATION_BYTES
-
-
-def _tp_bytes_per_token(c: _Context) -> float:
-    # Two all-reduces of the hidden state per layer (after attention, after the MLP); a ring all-reduce
-    # over n GPUs sends 2(n-1)/n of the message from each GPU.
-    tp = c.layout.tp
-    return 2 * c.layout.layers_per_gpu * c.arch.hidden_size * ACTIVATION_BYTES * 2 * (tp - 1) / tp
-
-
-def _intra_node_link(hw: profile_schema.HardwareSpec) -> tuple[str, float]:
-    if hw.interconnect == "pcie":
-        return "PCIe", _PCIE_GB_S
-    return "NVLink", _NVLINK_GB_S.get(hw.gpu or "", _NVLINK_GB_S_OTHER)
-
-
-def _tp_traffic(c: _Context) -> str:
-    """Why a tensor-parallel group belongs inside a node, in this model's numbers."""
-    a, tp, layers = c.arch, c.layout.tp, c.layout.layers_per_gpu
-    per_token, pp_bytes = _tp_bytes_per_token(c), _pp_bytes_per_token(a)
-    link_name, link = _NODE_LINKS[c.profile.hardware.nodeInterconnect]
-    nv_name, nv = _intra_node_link(c.profile.hardware)
-    seqs = c.profile.engine.maxNumSeqs
-    return (
-        "Tensor parallelism all-reduces every layer's activations twice per token, so each GPU moves "
-        f"2 × {layers} layers × {a.hidden_size} hidden × 2 bytes × 2({tp}-1)/{tp} = {per_token / 1e6:.1f} MB "
-        f"per token. Between nodes that goes over {link_name}, {link:g} GB/s each way, instead of {nv_name} "
-        f"({nv:g} GB/s each way per GPU): {per_token / link / 1e3:.0f} µs per token instead of "
-        f"{per_token / nv / 1e3:.0f} µs, {seqs * per_token / link / 1e6:.0f} ms of network time in every "
-        f"decode step of {seqs} sequences (maxNumSeqs), plus the latency of {2 * layers} all-reduces per step. "
-        "Pipeline stages across nodes send only the hidden state and residual at a stage boundary: "
-        f"2 × {a.hidden_size} × 2 bytes = {pp_bytes / KIB:g} KiB per token, {per_token / pp_bytes:.0f}× less"
-    )
-
-
-def _layout_findings(c: _Context) -> list[Finding]:
-    """How a copy's GPUs sit on nodes (one pod per node) and what crosses the network between them."""
-    prof = c.profile
-    gpus, nodes, gpn = prof.gpus_per_copy, prof.nodes_per_copy, prof.hardware.gpusPerNode
-    tp, pp = c.layout.tp, c.layout.pp
-    if gpus % nodes:
-        return [_uneven_split(c)]  # the pod size is not defined, so nothing below is either
-    pod = gpus // nodes
-    out: list[Finding] = []
-    if pod > gpn:
-        out.append(_exceeds_node(c))
-    elif nodes > 1 and gpus <= gpn:
-        msg = (
-            f"placement.nodesPerCopy {nodes} spreads a copy of {gpus} GPUs (TP × PP) over {nodes} nodes though "
-            f"one node has {gpn}: its GPUs then talk over the network instead of inside the node, and the copy "
-            f"needs {nodes} nodes free at once and stops when any of them goes. Leave placement.nodesPerCopy "
-            "unset to keep the copy on one node."
-        )
-        out.append(Finding("spans-nodes-needlessly", "warning", msg, "placement.nodesPerCopy"))
-    if tp > gpn or tp > pod or pod % tp:
-        out.append(_cross_node_tp(c, pod))
-    if nodes > 1:
-        out += _network_findings(c, nodes)
-    if nodes > 1 and pp > 1:
-        out.append(_pp_bubbles(c, nodes))
-    return out
-
-
-def _uneven_split(c: _Context) -> Finding:
-    prof = c.profile
-    gpus, nodes, gpn = prof.gpus_per_copy, prof.nodes_per_copy, prof.hardware.gpusPerNode
-    why = (
-        "placement.nodesPerCopy" if prof.placement.nodesPerCopy is not None else f"as many as {gpn} GPUs per node need"
-    )
-    options = [n for n in range(1, gpus + 1) if gpus % n == 0 and gpus // n <= gpn]
-    return Finding(
-        "uneven-node-split",
-        "invalid",
-        f"tensorParallelSize × pipelineParallelSize = {gpus} GPUs do not split evenly over {nodes} nodes ({why}): "
-        "every node of a copy runs one pod, and the pods request the same number of GPUs. Use "
-        f"placement.nodesPerCopy {_join(options)}, or a pipelineParallelSize that makes TP × PP a multiple "
-        f"of {nodes}.",
-        "placement.nodesPerCopy",
-    )
-
-
-def _exceeds_node(c: _Context) -> Finding:
-    prof = c.profile
-    gpus, nodes, gpn, tp = prof.gpus_per_copy, prof.nodes_per_copy, prof.hardware.gpusPerNode, c.layout.tp
-    fits = [n for n in range(nodes + 1, gpus + 1) if gpus % n == 0 and gpus // n <= gpn]
-    whole_groups = [n for n in fits if (gpus // n) % tp == 0]
-    fix = (whole_groups or fits)[0]
-    return Finding(
-        "exceeds-node",
-        "error",
-        f"placement.nodesPerCopy {nodes} puts {gpus // nodes} GPUs in each pod of the copy (TP × PP = {gpus} "
-        f"over {nodes} node{'s' if nodes > 1 else ''}) but a node has {gpn}: the pods can never be scheduled. "
-        f"Use placement.nodesPerCopy {fix} ({gpus // fix} GPUs on each node).",
-        "placement.nodesPerCopy",
-    )
-
-
-def _cross_node_tp(c: _Context, pod: int) -> Finding:
-    prof = c.profile
-    tp, gpn, nodes = c.layout.tp, prof.hardware.gpusPerNode, prof.nodes_per_copy
-    if tp > gpn:
-        where = f"tensorParallelSize {tp} needs {tp} GPUs in one tensor-parallel group but a node has {gpn}"
-    elif tp > pod:
-        where = (
-            f"tensorParallelSize {tp} needs {tp} GPUs in one tensor-parallel group but each of the copy's "
-            f"{nodes} pods (one per node) has {pod}"
-        )
-    else:
-        where = f"the copy's pods have {pod} GPUs each, which {tp}-GPU tensor-parallel groups do not divide"
-    where += ", so the group spans nodes"
-    if prof.engine.allowCrossNodeTP:
-        msg = (
-            f"{where} (engine.allowCrossNodeTP is set). {_tp_traffic(c)}. Expect decoding far slower than in one node."
-        )
-        return Finding("cross-node-tp-allowed", "warning", msg, "engine.tensorParallelSize")
-    better = _in_node_layout(c)
-    if better is None:
-        fix = "no split of these GPUs keeps tensor-parallel groups inside nodes; use GPUs per copy a node holds"
-    else:
-        b_tp, b_pp, b_nodes = better
-        fix = (
-            f"use tensorParallelSize {b_tp} and pipelineParallelSize {b_pp} ({b_nodes} node"
-            f"{'s' if b_nodes > 1 else ''} × {b_tp * b_pp // b_nodes} GPUs, tensor parallelism inside each node)"
-        )
-    msg = f"{where}. {_tp_traffic(c)}. Fix: {fix}, or set engine.allowCrossNodeTP to accept the slowdown."
-    return Finding("cross-node-tp", "error", msg, "engine.tensorParallelSize")
-
-
-def _network_findings(c: _Context, nodes: int) -> list[Finding]:
-    hw, a, pp = c.profile.hardware, c.arch, c.layout.pp
-    pp_bytes = _pp_bytes_per_token(a)
-    if hw.nodeInterconnect is None:
-        msg = (
-            f"this copy spans {nodes} nodes but hardware.nodeInterconnect is unset. Pipeline stages hand every "
-            f"token's hidden state and residual ({pp_bytes / KIB:g} KiB) to the next node, and vLLM waits on "
-            "each hand-over: the nodes need an RDMA fabric, InfiniBand or RoCE, with GPUDirect RDMA, so NCCL "
-            "moves activations between GPU memory and the NIC without a copy through host memory and the "
-            "kernel's TCP stack. Set hardware.nodeInterconnect (infiniband, roce or ethernet) to the link the "
-            "nodes have."
-        )
-        return [Finding("node-interconnect-unset", "warning", msg, "hardware.nodeInterconnect")]
-    if hw.nodeInterconnect != "ethernet" or pp == 1:
-        return []
-    bt = c.batched_tokens
-    step = bt * pp_bytes
-    eth, ib = _NODE_LINKS["ethernet"][1], _NODE_LINKS["infiniband"][1]
-    rate = _PREFILL_STEPS_PER_S * bt * pp_bytes / 1e9
-    msg = (
-        f"pipeline stages of this copy pass activations over plain Ethernet (hardware.nodeInterconnect "
-        f"ethernet; assumed 100 GbE, {eth:g} GB/s, through NCCL's TCP sockets). Each stage boundary carries "
-        f"the hidden state and residual, {pp_bytes / KIB:g} KiB per token: a full prefill step of {bt} tokens "
-        f"(maxNumBatchedTokens) moves {step / (1 << 20):.0f} MiB across it, {step / eth / 1e6:.0f} ms at line "
-        f"rate, which NCCL's socket transport seldom reaches, against {step / ib / 1e6:.0f} ms over InfiniBand "
-        f"NDR. At an estimated {_PREFILL_STEPS_PER_S} such steps a second "
-        f"({_PREFILL_STEPS_PER_S * bt:,} tokens/s) that is {rate:.1f} GB/s, {rate / eth:.0%} of the link. "
-        "Fine for trials; for production use InfiniBand or RoCE with GPUDirect RDMA."
-    )
-    return [Finding("pp-over-ethernet", "warning", msg, "hardware.nodeInterconnect")]
-
-
-def _pp_bubbles(c: _Context, nodes: int) -> Finding:
-    eng, a = c.profile.engine, c.arch
-    tp, pp, seqs = c.layout.tp, c.layout.pp, eng.maxNumSeqs
-    idle = seqs < pp
-    msg = (
-        f"pipelineParallelSize {pp} across {nodes} nodes: vLLM keeps up to {pp} batches in flight, one per "
-        f"stage, and a request rides in one of them, so maxNumSeqs {seqs} makes micro-batches of at most "
-        f"{-(-seqs // pp)} sequences. "
-        + (
-            f"With maxNumSeqs below {pp} some stage always waits idle: raise it. "
-            if idle
-            else f"With fewer than {pp} requests running some stage waits idle; throughput grows with concurrency. "
-        )
-        + f"A single request gets no faster: its tokens pass the {pp} stages in turn "
-        f"({c.layout.layers_per_gpu} layers each) and cross {nodes - 1} network hop"
-        f"{'s' if nodes > 2 else ''} per token, so it decodes at best as fast as one {tp}-GPU group running "
-        f"all {a.num_hidden_layers} layers."
-    )
-    return Finding("pp-bubbles", "warning" if idle else "info", msg, "engine.pipelineParallelSize")
 
 
 def _context_length_findings(c: _Context) -> list[Finding]:
@@ -803,11 +518,11 @@ def _weights_do_not_fit(c: _Context) -> Finding:
     gpn = c.profile.hardware.gpusPerNode
 
     def roomy(tp: int, pp: int) -> bool:  # weights that leave room for anything at all
-        layout = _Layout(a, tp, pp, c.layout.weight_bytes, c.layout.kv_bytes)
-        return _weights_bytes_per_gpu(layout) / GIB < 0.8 * c.budget
+        split = layout.Split(a, tp, pp, c.split.weight_bytes, c.split.kv_bytes)
+        return _weights_bytes_per_gpu(split) / GIB < 0.8 * c.budget
 
     # The smallest valid TP inside one node, else that node's TP with more pipeline stages across nodes.
-    in_node = [tp for tp in valid_tensor_parallel_sizes(a) if tp <= gpn]
+    in_node = [tp for tp in layout.valid_tensor_parallel_sizes(a) if tp <= gpn]
     bigger = [tp for tp in in_node if tp > eng.tensorParallelSize and roomy(tp, eng.pipelineParallelSize)]
     fix = "use more GPUs per copy"
     if bigger:
@@ -817,10 +532,10 @@ def _weights_do_not_fit(c: _Context) -> Finding:
         stages = [
             pp
             for pp in range(eng.pipelineParallelSize + 1, a.num_hidden_layers + 1)
-            if _nodes_for(tp * pp, gpn, tp) and roomy(tp, pp)
+            if layout.nodes_for(tp * pp, gpn, tp) and roomy(tp, pp)
         ]
         if stages:
-            nodes = _nodes_for(tp * stages[0], gpn, tp)
+            nodes = layout.nodes_for(tp * stages[0], gpn, tp)
             fix = (
                 f"use tensorParallelSize {tp} × pipelineParallelSize {stages[0]} "
                 f"({nodes} node{'s' if nodes > 1 else ''} per copy)"
@@ -836,7 +551,7 @@ def _weights_do_not_fit(c: _Context) -> Finding:
 
 
 def _tokens_at(c: _Context, kv_bytes: int) -> int:
-    per_token = c.kv_per_token * kv_bytes // c.layout.kv_bytes
+    per_token = c.kv_per_token * kv_bytes // c.split.kv_bytes
     blocks = max(0, math.floor(c.available * GIB / (per_token * BLOCK_SIZE)))
     return max(0, blocks - 1) * BLOCK_SIZE
 
@@ -844,7 +559,7 @@ def _tokens_at(c: _Context, kv_bytes: int) -> int:
 def _kv_too_small(c: _Context) -> Finding:
     eng = c.profile.engine
     fixes = [f"maxModelLen ≤ {c.usable_tokens}" if c.usable_tokens >= BLOCK_SIZE else None]
-    if c.layout.kv_bytes == 2 and _tokens_at(c, 1) >= eng.maxModelLen:
+    if c.split.kv_bytes == 2 and _tokens_at(c, 1) >= eng.maxModelLen:
         fixes.append("kvCacheDtype fp8 (halves KV memory per token)")
     # The utilization at which one full sequence (plus vLLM's null block) would fit.
     needed_gib = (eng.maxModelLen + BLOCK_SIZE) * c.kv_per_token / GIB - c.available
@@ -863,7 +578,7 @@ def _kv_too_small(c: _Context) -> Finding:
         "error",
         f"{room}, but one maxModelLen sequence needs {eng.maxModelLen} tokens "
         f"({_gib(eng.maxModelLen * c.kv_per_token)} GiB per GPU): vLLM refuses to start. Fix: "
-        + _join([f for f in fixes if f], "or")
+        + layout.join_words([f for f in fixes if f], "or")
         + ".",
         "engine.maxModelLen",
     )
@@ -872,7 +587,7 @@ def _kv_too_small(c: _Context) -> Finding:
 def _seqs_above_kv(c: _Context) -> Finding:
     eng = c.profile.engine
     alternatives = []
-    if c.layout.kv_bytes == 2:
+    if c.split.kv_bytes == 2:
         alternatives.append(f"fp8 KV cache holds {_tokens_at(c, 1) / eng.maxModelLen:.1f}")
     half = max(BLOCK_SIZE, eng.maxModelLen // 2)
     alternatives.append(f"at maxModelLen {half} it holds {c.usable_tokens / half:.1f}")
@@ -880,7 +595,7 @@ def _seqs_above_kv(c: _Context) -> Finding:
         "max-num-seqs-above-kv",
         "warning",
         f"the KV cache holds {c.concurrency:.1f} sequences of the full {eng.maxModelLen} tokens "
-        f"({c.usable_tokens} tokens at {c.kv_per_token / KIB:g} KiB per token per GPU) but maxNumSeqs is "
+        f"({c.usable_tokens} tokens at {c.kv_per_token / layout.KIB:g} KiB per token per GPU) but maxNumSeqs is "
         f"{eng.maxNumSeqs}: when many requests run long, vLLM preempts and recomputes them. "
         + "; ".join(alternatives)
         + f". Fine if most requests are short; else lower maxNumSeqs to "
@@ -915,10 +630,3 @@ def _hardware_findings(c: _Context) -> list[Finding]:
 
 def _gib(n_bytes: float) -> str:
     return f"{n_bytes / GIB:.2f}"
-
-
-def _join(items: list[Any], last: str = "or") -> str:
-    texts = [str(i) for i in items]
-    if len(texts) <= 1:
-        return "".join(texts)
-    return ", ".join(texts[:-1]) + f" {last} " + texts[-1]

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
-
-from orchestrator import output
+from orchestrator import layout, output
 from orchestrator.planner import Plan
 from orchestrator.profile import Profile
 
@@ -48,7 +46,7 @@ def render_table(profile: Profile, plan: Plan, *, color: bool) -> str:
         ("KV cache", max(m.kv_cache_gib, 0.0)),
         ("headroom", max(m.headroom_gib, 0.0)),
     ]
-    lines = [head, layout_line(i), "", output.table(["PER GPU", "VALUE"], rows), "", output.bar(parts, m.total_gib)]
+    lines = [head, layout.line(i), "", output.table(["PER GPU", "VALUE"], rows), "", output.bar(parts, m.total_gib)]
     painted = verdict
     if color:
         painted = f"\033[{'32' if plan.fits else '31'}m{verdict}\033[0m"
@@ -60,20 +58,3 @@ def render_table(profile: Profile, plan: Plan, *, color: bool) -> str:
         )
         lines.append(f"  {label}: {f.message}")
     return "\n".join(lines)
-
-
-def layout_line(inputs: dict[str, Any]) -> str:
-    """Where one copy's GPUs sit, e.g. `layout: 2 nodes × 8 GPUs (TP=8 inside each node, PP=2 across nodes)`."""
-    tp, pp = inputs["tensor_parallel_size"], inputs["pipeline_parallel_size"]
-    nodes, pod = inputs["nodes_per_copy"], inputs["gpus_per_pod"]
-    where = f"layout: {nodes} node{'s' if nodes > 1 else ''} × {pod} GPU{'s' if pod > 1 else ''}"
-    if nodes == 1:
-        return f"{where} (TP={tp}, PP={pp}, one pod)"
-    if inputs["gpus_per_replica"] != nodes * pod:
-        return f"{where} (TP={tp}, PP={pp}: {inputs['gpus_per_replica']} GPUs do not split evenly)"
-    if tp > pod or pod % tp:
-        return f"{where} (TP={tp} across nodes, PP={pp})"
-    stages = pod // tp
-    if stages == 1:
-        return f"{where} (TP={tp} inside each node, PP={pp} across nodes)"
-    return f"{where} (TP={tp} inside each node, PP={pp}: {stages} stages on each node)"

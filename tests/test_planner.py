@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from orchestrator import catalog, errors, planner
+from orchestrator import catalog, errors, layout, planner
 from orchestrator import profile as profile_schema
 
 DATA = pathlib.Path(__file__).parent / "data"
@@ -400,7 +400,7 @@ def test_valid_tp_values_need_kv_heads_to_split_or_replicate_evenly() -> None:
         },
         "six-kv-heads",
     )
-    assert planner.valid_tensor_parallel_sizes(arch, 16) == [1, 2, 3, 6, 12]
+    assert layout.valid_tensor_parallel_sizes(arch, 16) == [1, 2, 3, 6, 12]
 
 
 def test_weights_that_do_not_fit_are_an_error_naming_the_fix() -> None:
