@@ -192,15 +192,16 @@ def plan(
 
 
 @main.command()
-@click.argument("profile_path", metavar="PROFILE")
+@click.argument("profile_path", metavar="PROFILE", required=False)
 @click.option("-o", "--out", "out_dir", type=click.Path(file_okay=False), help="Write one file per object here.")
 @click.option(
     "--format",
     "fmt",
-    type=click.Choice(["manifests", "helm-values", "rbac"]),
+    type=click.Choice(["manifests", "helm-values", "rbac", "object", "crd"]),
     default="manifests",
     show_default=True,
-    help="Kubernetes manifests; values for charts/vllm-inference; or the RBAC deployctl itself needs.",
+    help="Kubernetes manifests; values for charts/vllm-inference; the RBAC deployctl itself needs; the profile "
+    "as an InferenceProfile object; or the InferenceProfile CustomResourceDefinition (needs no PROFILE).",
 )
 @click.option(
     "--force",
@@ -209,10 +210,18 @@ def plan(
     "annotations.",
 )
 @handles_errors
-def render(profile_path: str, out_dir: str | None, fmt: str, force: bool) -> None:
-    """Render deterministic manifests (GitOps), Helm values, or the RBAC deployctl itself needs."""
+def render(profile_path: str | None, out_dir: str | None, fmt: str, force: bool) -> None:
+    """Render deterministic manifests (GitOps), Helm values, the RBAC deployctl needs, or the InferenceProfile
+    object and its CRD."""
     from orchestrator import render as render_mod
 
+    if fmt == "crd":
+        from orchestrator import crd
+
+        _emit_objects([crd.definition()], out_dir)
+        return
+    if profile_path is None:
+        raise errors.UsageError(f"render --format {fmt} needs a PROFILE (a profile file or an InferenceProfile object)")
     prof = _load(profile_path)
     plan = _checked(prof, allow_unfit=force)
     if not plan.fits:
@@ -228,7 +237,18 @@ def render(profile_path: str, out_dir: str | None, fmt: str, force: bool) -> Non
         else:
             click.echo(text, nl=False)
         return
+    if fmt == "object":
+        from orchestrator import profile as profile_mod
+
+        _emit_objects([profile_mod.to_object(prof)], out_dir)
+        return
     objects = render_mod.rbac(prof.metadata.namespace) if fmt == "rbac" else render_mod.render(prof, plan)
+    _emit_objects(objects, out_dir)
+
+
+def _emit_objects(objects: list[dict[str, Any]], out_dir: str | None) -> None:
+    from orchestrator import render as render_mod
+
     if out_dir:
         for written in render_mod.write(objects, pathlib.Path(out_dir)):
             click.echo(f"wrote {written}", err=True)

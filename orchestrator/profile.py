@@ -21,6 +21,17 @@ from orchestrator import catalog, errors, slo, strictyaml, vllm_flags
 
 API_VERSION = "deployctl/v1"
 KIND = "InferenceProfile"
+# The same profile as a Kubernetes object (orchestrator/crd.py): metadata, and the rest under spec.
+CRD_GROUP = "deployctl.dev"
+RESOURCE_API_VERSION = f"{CRD_GROUP}/v1"
+# Labels tools put on objects they manage (Flux, Argo CD, Helm, Kubernetes' recommended labels):
+# an InferenceProfile object's own, never carried into the release's labels.
+_TOOL_LABEL_PREFIXES = (
+    "kustomize.toolkit.fluxcd.io/",
+    "helm.toolkit.fluxcd.io/",
+    "argocd.argoproj.io/",
+    *("app.kubernetes.io/", "deployctl.dev/"),
+)
 DEFAULT_VLLM_VERSION = "0.33.0"
 NVLINK_LABEL_KEY = "deployctl.dev/nvlink"
 
@@ -638,6 +649,8 @@ def loads(raw: bytes | str, source: str = "<profile>", base_dir: pathlib.Path | 
     except strictyaml.YamlProblem as e:
         where = f" (line {e.line})" if e.line else ""
         raise errors.InvalidProfile(f"{source}{where}: {e.message}") from e
+    if doc.data.get("apiVersion") == RESOURCE_API_VERSION:
+        doc = _from_resource(doc, source)
     try:
         profile = Profile.model_validate(doc.data)
     except pydantic.ValidationError as e:
@@ -646,6 +659,50 @@ def loads(raw: bytes | str, source: str = "<profile>", base_dir: pathlib.Path | 
     profile._lines = dict(doc.lines)
     profile._source = source
     return profile
+
+
+def from_object(obj: dict[str, Any], source: str) -> Profile:
+    """The profile an InferenceProfile object read from the cluster holds (no YAML lines to point at)."""
+    return loads(json.dumps(obj), source=source)
+
+
+def to_object(profile: Profile) -> dict[str, Any]:
+    """``profile`` as an InferenceProfile object: what the file says (not its defaults), under spec."""
+    written = profile.model_dump(mode="json", exclude_unset=True)
+    metadata: dict[str, Any] = {"name": profile.metadata.name, "namespace": profile.metadata.namespace}
+    if profile.metadata.labels:
+        metadata["labels"] = dict(profile.metadata.labels)
+    spec = {k: v for k, v in written.items() if k not in ("apiVersion", "kind", "metadata")}
+    return {"apiVersion": RESOURCE_API_VERSION, "kind": KIND, "metadata": metadata, "spec": spec}
+
+
+def _from_resource(doc: strictyaml.Document, source: str) -> strictyaml.Document:
+    """An InferenceProfile object (deployctl.dev/v1: metadata, spec) as the profile document it holds,
+    each field keeping its line, so every command reads a file and an object alike."""
+    data = doc.data
+    spec = data.get("spec")
+    if data.get("kind") != KIND or not isinstance(spec, dict):
+        raise errors.InvalidProfile(
+            f"{source}: an object of apiVersion {RESOURCE_API_VERSION} must be kind {KIND} with a spec mapping "
+            "(the profile's model, engine, hardware, … sections)"
+        )
+    taken = sorted(set(spec) & {"apiVersion", "kind", "metadata"})
+    if taken:
+        raise errors.InvalidProfile(f"{source}: spec.{taken[0]} belongs at the top of the object, not in its spec")
+    meta: dict[str, Any] = data["metadata"] if isinstance(data.get("metadata"), dict) else {}
+    labels: dict[str, Any] = meta["labels"] if isinstance(meta.get("labels"), dict) else {}
+    metadata: dict[str, Any] = {k: meta[k] for k in ("name", "namespace") if k in meta}
+    own = {k: v for k, v in labels.items() if not str(k).startswith(_TOOL_LABEL_PREFIXES)}
+    if own:
+        metadata["labels"] = own
+    profile_data = {"apiVersion": API_VERSION, "kind": KIND, "metadata": metadata, **spec}
+    lines: dict[strictyaml.Path, int] = {}
+    for path, line in doc.lines.items():
+        if path[:1] == ("spec",) and len(path) > 1:
+            lines[path[1:]] = line
+        elif path[:1] != ("spec",):
+            lines[path] = line
+    return strictyaml.Document(profile_data, lines)
 
 
 def _describe(exc: pydantic.ValidationError, doc: strictyaml.Document, source: str) -> str:
