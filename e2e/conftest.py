@@ -28,6 +28,7 @@ E2E_DIR = Path(__file__).resolve().parent
 # not a package; importing them needs their directory on the path.
 sys.path.insert(0, str(E2E_DIR / "cluster"))
 sys.path.insert(0, str(E2E_DIR / "realvllm"))
+import components  # noqa: E402
 import deployhelpers  # noqa: E402
 import kwoksim  # noqa: E402
 import localcluster  # noqa: E402
@@ -217,3 +218,35 @@ def env(
     kwoksim.forward_ports(cluster, namespace, {8000: good.port})
     yield deployhelpers.ReleaseEnv(cluster.kubeconfig, namespace, tmp_path, cluster, api_client, good.port)
     kubernetes.client.CoreV1Api(api_client).delete_persistent_volume(f"models-{namespace}"[:63])
+
+
+# --- the InferenceProfile CRD ---------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def crd_installed(cluster: localcluster.Cluster, api_client: kubernetes.client.ApiClient) -> None:
+    """deployctl's CRD applied with kubectl (server-side: reruns are idempotent) and Established."""
+    from orchestrator import crd
+
+    subprocess.run(
+        [
+            str(components.BIN_DIR / "kubectl"),
+            "--kubeconfig",
+            str(cluster.kubeconfig),
+            "apply",
+            "--server-side",
+            "-f",
+            "-",
+        ],
+        input=yaml.safe_dump(crd.definition()),
+        text=True,
+        check=True,
+        capture_output=True,
+    )
+    ext = kubernetes.client.ApiextensionsV1Api(api_client)
+
+    def established() -> bool:
+        status = ext.read_custom_resource_definition(crd.NAME).status
+        return any(c.type == "Established" and c.status == "True" for c in status.conditions or [])
+
+    _poll(established, 30, f"CRD {crd.NAME} Established")

@@ -6,6 +6,7 @@ the commands that need them, so ``validate`` and ``plan`` start fast on a laptop
 
 from __future__ import annotations
 
+import datetime
 import difflib
 import functools
 import gc
@@ -197,11 +198,23 @@ def plan(
 @click.option(
     "--format",
     "fmt",
-    type=click.Choice(["manifests", "helm-values", "rbac", "object", "crd"]),
+    type=click.Choice(["manifests", "helm-values", "rbac", "object", "crd", "controller"]),
     default="manifests",
     show_default=True,
     help="Kubernetes manifests; values for charts/vllm-inference; the RBAC deployctl itself needs; the profile "
-    "as an InferenceProfile object; or the InferenceProfile CustomResourceDefinition (needs no PROFILE).",
+    "as an InferenceProfile object; the InferenceProfile CustomResourceDefinition; or `deployctl controller` "
+    "in the cluster (crd and controller need no PROFILE).",
+)
+@click.option(
+    "--controller-namespace",
+    default="deployctl-system",
+    show_default=True,
+    help="With --format controller: where the controller runs.",
+)
+@click.option(
+    "--image",
+    default=None,
+    help="With --format controller: the controller image, pinned by digest (docs/gitops.md says how to build it).",
 )
 @click.option(
     "--force",
@@ -210,7 +223,9 @@ def plan(
     "annotations.",
 )
 @handles_errors
-def render(profile_path: str | None, out_dir: str | None, fmt: str, force: bool) -> None:
+def render(
+    profile_path: str | None, out_dir: str | None, fmt: str, controller_namespace: str, image: str | None, force: bool
+) -> None:
     """Render deterministic manifests (GitOps), Helm values, the RBAC deployctl needs, or the InferenceProfile
     object and its CRD."""
     from orchestrator import render as render_mod
@@ -219,6 +234,9 @@ def render(profile_path: str | None, out_dir: str | None, fmt: str, force: bool)
         from orchestrator import crd
 
         _emit_objects([crd.definition()], out_dir)
+        return
+    if fmt == "controller":
+        _emit_objects(render_mod.controller(controller_namespace, image or render_mod.CONTROLLER_IMAGE), out_dir)
         return
     if profile_path is None:
         raise errors.UsageError(f"render --format {fmt} needs a PROFILE (a profile file or an InferenceProfile object)")
@@ -387,6 +405,58 @@ def gate_cmd(
     )
     progress.finish_line()
     _finish(outcome, output_format)
+
+
+@main.command()
+@click.option("-n", "--namespace", help="Watch InferenceProfile objects in this namespace only.")
+@click.option("-A", "--all-namespaces", is_flag=True, help="Watch InferenceProfile objects in every namespace.")
+@click.option(
+    "--lease-namespace",
+    envvar="POD_NAMESPACE",
+    help="Namespace of the leader-election Lease (deployctl-controller). Default: the pod's namespace "
+    "in the cluster (POD_NAMESPACE), else --namespace.",
+)
+@_cluster_options
+@click.option("--lease-seconds", type=click.IntRange(5, 600), default=15, show_default=True)
+@click.option("--resync", type=click.FloatRange(1), default=30, show_default=True, help="Seconds between resyncs.")
+@click.option("--lock-ttl", type=click.IntRange(5, 3600), default=60, show_default=True)
+@handles_errors
+def controller(
+    namespace: str | None,
+    all_namespaces: bool,
+    lease_namespace: str | None,
+    kubeconfig: str | None,
+    context: str | None,
+    lease_seconds: int,
+    resync: float,
+    lock_ttl: int,
+) -> None:
+    """Deploy InferenceProfile objects: each new generation by the apply sequence, status in kstatus terms."""
+    from orchestrator import controller as controller_mod
+
+    if bool(namespace) == all_namespaces:
+        raise errors.UsageError("give --namespace NS or --all-namespaces (-A), one of them")
+    lease_ns = lease_namespace or namespace
+    if lease_ns is None:
+        raise errors.UsageError("with --all-namespaces, give --lease-namespace (or run in a pod with POD_NAMESPACE)")
+    settings = controller_mod.Settings(
+        namespace=namespace,
+        lease_namespace=lease_ns,
+        kubeconfig=kubeconfig,
+        context=context,
+        lease_seconds=lease_seconds,
+        resync_seconds=resync,
+        lock_ttl=lock_ttl,
+    )
+
+    def report(where: str, message: str) -> None:
+        stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%H:%M:%SZ")
+        click.echo(f"{stamp} {where} {message}")
+
+    try:
+        controller_mod.run(settings, report)
+    except KeyboardInterrupt:
+        report("controller", "stopped")
 
 
 @main.command()

@@ -68,7 +68,8 @@ def definition() -> dict[str, Any]:
                 "listKind": f"{profiles.KIND}List",
                 "plural": PLURAL,
                 "singular": SINGULAR,
-                "shortNames": ["ip", "iprofile"],
+                # Not "ip": that is the short name of networking.k8s.io's IPAddress.
+                "shortNames": ["iprofile"],
                 "categories": ["deployctl"],
             },
             "scope": "Namespaced",
@@ -113,7 +114,8 @@ def _object_schema() -> dict[str, Any]:
         "x-kubernetes-validations": [
             {
                 # The release name names the Deployment, Service and records: a DNS-1123 label.
-                "rule": "self.metadata.name.size() <= 63 && self.metadata.name.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$')",
+                "rule": "self.metadata.name.size() <= 63 && "
+                "self.metadata.name.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$')",
                 "message": "metadata.name is the release name: at most 63 lowercase letters, digits and '-'",
             }
         ],
@@ -138,16 +140,27 @@ def _status_schema() -> dict[str, Any]:
         "description": "What the controller last did with this object (kstatus conventions).",
         "properties": {
             "observedGeneration": {"type": "integer"},
-            "liveRevision": {"type": "integer", "description": "The release revision serving now."},
+            "liveRevision": {
+                "type": "integer",
+                "nullable": True,
+                "description": "The release revision serving now.",
+            },
             "liveProfileHash": {"type": "string"},
             "manualRollback": {
                 "type": "boolean",
                 "description": "The live revision is an on-call `deployctl rollback`; the controller leaves it "
                 "until the spec changes.",
             },
+            "retry": {
+                "type": "string",
+                "nullable": True,
+                "description": "The deployctl.dev/retry annotation value last acted on.",
+            },
             "gate": {"type": "object", "x-kubernetes-preserve-unknown-fields": True},
             "failure": {
                 "type": "object",
+                "nullable": True,
+                "description": "The last generation's failure: its class and message.",
                 "properties": {"class": {"type": "string"}, "message": {"type": "string"}},
             },
             "conditions": {

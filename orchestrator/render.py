@@ -30,6 +30,7 @@ from orchestrator import profile as profiles
 
 CHART_NAME = "vllm-inference"  # also app.kubernetes.io/name, as in a chart made by `helm create`
 MANAGED_BY = conventions.MANAGED_BY  # the Helm chart writes the same, so both renders carry equal labels
+MANAGED_BY_LABEL = conventions.MANAGED_BY_LABEL
 RELEASE_LABEL = conventions.RELEASE_LABEL
 PROFILE_HASH_ANNOTATION = conventions.PROFILE_HASH_ANNOTATION
 GPU_RESOURCE = conventions.GPU_RESOURCE
@@ -624,6 +625,21 @@ def rbac(namespace: str, service_account: str = "deployctl") -> list[dict[str, A
     Returns the ServiceAccount, Role, RoleBinding, ClusterRole and ClusterRoleBinding.
     """
     return _render_template(_RBAC_TEMPLATE, {"namespace": namespace, "service_account": service_account})
+
+
+CONTROLLER_TEMPLATE = "controller.yaml.j2"
+# What `render --format controller` puts in the Deployment without --image: a name the user's
+# registry must hold, pinned like every image deployctl renders (docs/gitops.md: building it).
+CONTROLLER_IMAGE = "registry.internal/deployctl/controller@sha256:" + "0" * 64
+
+
+def controller(namespace: str = "deployctl-system", image: str = CONTROLLER_IMAGE) -> list[dict[str, Any]]:
+    """`deployctl controller` in the cluster: ServiceAccount, ClusterRole and binding, the leader
+    Lease with the Role that may only take it, and a Deployment of two replicas."""
+    labels = {"app.kubernetes.io/name": "deployctl-controller", MANAGED_BY_LABEL: MANAGED_BY}
+    return _render_template(
+        CONTROLLER_TEMPLATE, {"namespace": namespace, "image": image, "labels": labels, "group": "deployctl.dev"}
+    )
 
 
 def _labels(values: Mapping[str, Any]) -> dict[str, str]:

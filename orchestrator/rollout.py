@@ -133,7 +133,7 @@ class Watcher(threading.Thread):
         self,
         kube: Kube,
         kind: str,
-        namespace: str,
+        namespace: str | None,  # None: every namespace
         out: queue.Queue[tuple[str, str, dict[str, Any]]],
         stop: threading.Event,
         *,

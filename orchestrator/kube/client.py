@@ -76,6 +76,8 @@ KINDS: dict[str, Ref] = {
     # Group engines for copies that span nodes; their CRDs exist only where KubeRay or LWS is installed.
     "RayCluster": Ref("ray.io/v1", "rayclusters"),
     "LeaderWorkerSet": Ref("leaderworkerset.x-k8s.io/v1", "leaderworkersets"),
+    # deployctl's own resource: a profile as an object, reconciled by `deployctl controller`.
+    "InferenceProfile": Ref("deployctl.dev/v1", "inferenceprofiles"),
 }
 
 
@@ -315,6 +317,21 @@ class Kube:
             query=[("fieldManager", FIELD_MANAGER)],
             body=obj,
             what=f"update {kind} {meta['name']}",
+        )
+        return result
+
+    def merge_patch(
+        self, kind: str, name: str, namespace: str | None, patch: dict[str, Any], *, subresource: str | None = None
+    ) -> dict[str, Any]:
+        """JSON merge patch (RFC 7386) of an object or its ``subresource`` (e.g. ``status``); a
+        metadata.resourceVersion in ``patch`` guards it (Conflict when the object changed since)."""
+        result: dict[str, Any] = self._call(
+            "PATCH",
+            ref_of(kind).path(namespace, name, subresource),
+            query=[("fieldManager", FIELD_MANAGER)],
+            body=patch,
+            content_type="application/merge-patch+json",
+            what=f"patch {kind} {name}" + (f"/{subresource}" if subresource else ""),
         )
         return result
 
