@@ -30,6 +30,7 @@ sys.path.insert(0, str(E2E_DIR / "cluster"))
 sys.path.insert(0, str(E2E_DIR / "realvllm"))
 import components  # noqa: E402
 import deployhelpers  # noqa: E402
+import fluxhelpers  # noqa: E402
 import kwoksim  # noqa: E402
 import localcluster  # noqa: E402
 
@@ -250,3 +251,55 @@ def crd_installed(cluster: localcluster.Cluster, api_client: kubernetes.client.A
         return any(c.type == "Established" and c.status == "True" for c in status.conditions or [])
 
     _poll(established, 30, f"CRD {crd.NAME} Established")
+
+
+# --- Flux (GitOps) ------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def flux(cluster: localcluster.Cluster, api_client: kubernetes.client.ApiClient) -> None:
+    """Skips the test unless the cluster runs Flux's source- and kustomize-controller where a git
+    server on this machine's loopback reaches them: only the local cluster does (on kind or a
+    real cluster they run in pods, for which 127.0.0.1 is the pod itself)."""
+    if cluster.state_dir is None:
+        pytest.skip("Flux tests need the local cluster: its controllers reach a git server on 127.0.0.1")
+    groups = {g.name for g in kubernetes.client.ApisApi(api_client).get_api_versions().groups}
+    missing = sorted({fluxhelpers.SOURCE_GROUP, fluxhelpers.KUSTOMIZE_GROUP} - groups)
+    if missing:
+        pytest.skip(f"the cluster does not serve {', '.join(missing)}")
+
+
+@pytest.fixture
+def git_server(tmp_path: Path) -> Iterator[fluxhelpers.GitServer]:
+    """A git server (smart HTTP, read-only) on a free 127.0.0.1 port, its bare repositories under
+    tmp_path/git; stopped after the test. `git_server.create_repo("app")` returns the URL for
+    a GitRepository, `git_server.commit("app", {path: text}, "message")` the commit's sha."""
+    with fluxhelpers.GitServer(tmp_path / "git") as server:
+        yield server
+
+
+# --- deployctl controller processes ---------------------------------------------------------------
+
+
+@pytest.fixture
+def controllers(env: deployhelpers.ReleaseEnv) -> Iterator[Callable[..., subprocess.Popen[bytes]]]:
+    """Start `deployctl controller -n NS` processes (short lease and resync); all stopped afterwards."""
+    started: list[subprocess.Popen[bytes]] = []
+
+    def start(name: str = "a", *extra: str) -> subprocess.Popen[bytes]:
+        log = (env.tmp / f"controller-{name}.log").open("wb")
+        argv = [deployhelpers.DEPLOYCTL, "controller", "-n", env.namespace, "--kubeconfig", str(env.kubeconfig)]
+        argv += ["--lease-seconds", "6", "--resync", "2", "--lock-ttl", "10", *extra]
+        proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=os.environ)
+        started.append(proc)
+        return proc
+
+    yield start
+    for proc in started:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()

@@ -7,11 +7,10 @@ writes it (server-side apply); `kubectl wait --for=condition=Ready` reads the st
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -19,105 +18,26 @@ import kubernetes
 import pytest
 import yaml
 from components import BIN_DIR
-from deployhelpers import DEPLOYCTL, ReleaseEnv, deployctl, profile, wait_until
+from controllerhelpers import apply_object, conditions, get_object, object_doc, settled, wait_ready
+from deployhelpers import ReleaseEnv, deployctl, wait_until
 
 from orchestrator import crd
-from orchestrator import profile as profiles
-
-
-@pytest.fixture
-def controllers(env: ReleaseEnv) -> Iterator[Callable[..., subprocess.Popen[bytes]]]:
-    """Start `deployctl controller -n NS` processes (short lease and resync); all stopped afterwards."""
-    started: list[subprocess.Popen[bytes]] = []
-
-    def start(name: str = "a", *extra: str) -> subprocess.Popen[bytes]:
-        log = (env.tmp / f"controller-{name}.log").open("wb")
-        argv = [DEPLOYCTL, "controller", "-n", env.namespace, "--kubeconfig", str(env.kubeconfig)]
-        argv += ["--lease-seconds", "6", "--resync", "2", "--lock-ttl", "10", *extra]
-        proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=os.environ)
-        started.append(proc)
-        return proc
-
-    yield start
-    for proc in started:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-
-
-def _object(env: ReleaseEnv, **sections: Any) -> dict[str, Any]:
-    doc = profile(env.namespace, **sections)
-    path = env.tmp / "profile.yaml"
-    path.write_text(yaml.safe_dump(doc))
-    return profiles.to_object(profiles.load(path))
-
-
-def _apply_object(env: ReleaseEnv, obj: dict[str, Any]) -> None:
-    """What Flux or Argo CD does with the object in git: a server-side apply."""
-    subprocess.run(
-        [str(BIN_DIR / "kubectl"), "--kubeconfig", str(env.kubeconfig), "apply", "--server-side", "-f", "-"],
-        input=yaml.safe_dump(obj),
-        text=True,
-        check=True,
-        capture_output=True,
-    )
-
-
-def _get(env: ReleaseEnv) -> dict[str, Any]:
-    custom = kubernetes.client.CustomObjectsApi(env.api)
-    found: dict[str, Any] = custom.get_namespaced_custom_object(
-        crd.GROUP, crd.VERSION, env.namespace, crd.PLURAL, "llm"
-    )
-    return found
-
-
-def _conditions(env: ReleaseEnv) -> dict[str, dict[str, Any]]:
-    return {c["type"]: c for c in (_get(env).get("status") or {}).get("conditions") or []}
-
-
-def _wait_ready(env: ReleaseEnv, timeout: int = 120) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [
-            str(BIN_DIR / "kubectl"),
-            "--kubeconfig",
-            str(env.kubeconfig),
-            "wait",
-            "inferenceprofile/llm",
-            "-n",
-            env.namespace,
-            "--for=condition=Ready",
-            f"--timeout={timeout}s",
-        ],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-
-
-def _settled(env: ReleaseEnv, generation: int) -> bool:
-    status = _get(env).get("status") or {}
-    reconciling = _conditions(env).get("Reconciling", {})
-    return status.get("observedGeneration") == generation and reconciling.get("status") == "False"
 
 
 def test_an_object_is_deployed_gated_and_ready_for_kubectl_wait(
     crd_installed: None, env: ReleaseEnv, controllers: Callable[..., Any]
 ) -> None:
     controllers()
-    _apply_object(env, _object(env))
-    waited = _wait_ready(env)
+    apply_object(env, object_doc(env))
+    waited = wait_ready(env)
     assert waited.returncode == 0, waited.stderr + (env.tmp / "controller-a.log").read_text()[-3000:]
-    obj = _get(env)
+    obj = get_object(env)
     status = obj["status"]
     assert status["observedGeneration"] == 1 and status["liveRevision"] == 1
     assert status["gate"]["verdict"] == "pass"
-    conditions = _conditions(env)
-    assert [conditions[k]["status"] for k in ("Planned", "Applied", "RolledOut", "Gated")] == ["True"] * 4
-    assert conditions["Stalled"]["status"] == "False" and conditions["Ready"]["observedGeneration"] == 1
+    conds = conditions(env)
+    assert [conds[k]["status"] for k in ("Planned", "Applied", "RolledOut", "Gated")] == ["True"] * 4
+    assert conds["Stalled"]["status"] == "False" and conds["Ready"]["observedGeneration"] == 1
     assert "deployctl.dev/release" in obj["metadata"]["finalizers"]
     events = kubernetes.client.CoreV1Api(env.api).list_namespaced_event(
         env.namespace, field_selector="involvedObject.kind=InferenceProfile"
@@ -130,16 +50,16 @@ def test_a_generation_that_misses_its_slo_keeps_the_last_good_one_serving_and_is
     crd_installed: None, env: ReleaseEnv, controllers: Callable[..., Any], simulator: Callable[..., Any]
 ) -> None:
     controllers()
-    _apply_object(env, _object(env))
-    assert _wait_ready(env).returncode == 0
+    apply_object(env, object_doc(env))
+    assert wait_ready(env).returncode == 0
     slow = simulator(model="sim-model", ttft_ms=900, itl_ms=5)  # p95 TTFT 900 ms against "<=500"
     env.forward_8001(slow.port)
-    _apply_object(env, _object(env, engine={"port": 8001}))
-    wait_until(lambda: _settled(env, 2), 120, "generation 2 judged")
-    conditions = _conditions(env)
-    assert conditions["Ready"]["status"] == "False" and conditions["Ready"]["reason"] == "slo_failed"
-    assert conditions["Stalled"]["status"] == "True" and conditions["Gated"]["reason"] == "slo_failed"
-    status = _get(env)["status"]
+    apply_object(env, object_doc(env, engine={"port": 8001}))
+    wait_until(lambda: settled(env, 2), 120, "generation 2 judged")
+    conds = conditions(env)
+    assert conds["Ready"]["status"] == "False" and conds["Ready"]["reason"] == "slo_failed"
+    assert conds["Stalled"]["status"] == "True" and conds["Gated"]["reason"] == "slo_failed"
+    status = get_object(env)["status"]
     assert status["failure"]["class"] == "slo_failed" and status["liveRevision"] == 3
     assert env.deployment().spec.template.spec.containers[0].ports[0].container_port == 8000, "revision 1 serves"
     history = [(r["revision"], r["status"]) for r in env.history()]
@@ -159,24 +79,26 @@ def test_a_generation_that_misses_its_slo_keeps_the_last_good_one_serving_and_is
     )
     wait_until(lambda: len(env.history()) == 5, 120, "the retried generation recorded")
     # A fix: the next generation deploys and everything is Ready again.
-    _apply_object(env, _object(env, engine={"maxNumSeqs": 16}))
-    assert _wait_ready(env).returncode == 0
-    wait_until(lambda: _settled(env, 3), 60, "generation 3 settled")
-    assert _conditions(env)["Ready"]["status"] == "True" and _get(env)["status"].get("failure") is None
+    apply_object(env, object_doc(env, engine={"maxNumSeqs": 16}))
+    assert wait_ready(env).returncode == 0
+    wait_until(lambda: settled(env, 3), 60, "generation 3 settled")
+    assert conditions(env)["Ready"]["status"] == "True" and get_object(env)["status"].get("failure") is None
 
 
 def test_an_on_call_rollback_is_reported_and_not_fought_until_the_spec_changes(
     crd_installed: None, env: ReleaseEnv, controllers: Callable[..., Any]
 ) -> None:
     controllers()
-    _apply_object(env, _object(env))
-    assert _wait_ready(env).returncode == 0
-    _apply_object(env, _object(env, engine={"maxNumSeqs": 16}))
-    wait_until(lambda: _settled(env, 2) and _get(env)["status"]["liveRevision"] == 2, 120, "generation 2 live")
+    apply_object(env, object_doc(env))
+    assert wait_ready(env).returncode == 0
+    apply_object(env, object_doc(env, engine={"maxNumSeqs": 16}))
+    wait_until(lambda: settled(env, 2) and get_object(env)["status"]["liveRevision"] == 2, 120, "generation 2 live")
     rolled = deployctl(env.kubeconfig, "rollback", "llm", "-n", env.namespace, "--to", "1")
     assert rolled.code == 0, rolled.stdout + rolled.stderr
-    wait_until(lambda: (_get(env)["status"] or {}).get("manualRollback") is True, 30, "the manual rollback reported")
-    ready = _conditions(env)["Ready"]
+    wait_until(
+        lambda: (get_object(env)["status"] or {}).get("manualRollback") is True, 30, "the manual rollback reported"
+    )
+    ready = conditions(env)["Ready"]
     assert ready["status"] == "True" and ready["reason"] == "ManualRollback"
     assert "revision 3 is a manual rollback to revision 1" in ready["message"]
     time.sleep(6)
@@ -189,12 +111,12 @@ def test_a_controller_killed_mid_apply_is_replaced_by_a_second_that_converges_wi
     first = controllers("a")
     wait_until(lambda: "leading as" in (env.tmp / "controller-a.log").read_text(), 30, "controller a leads")
     second = controllers("b")
-    slow = _object(env, placement={"podAnnotations": {"sim.deployctl.dev/ready-delay": "8s"}})
-    _apply_object(env, slow)
+    slow = object_doc(env, placement={"podAnnotations": {"sim.deployctl.dev/ready-delay": "8s"}})
+    apply_object(env, slow)
     wait_until(lambda: env.deployment() is not None, 60, "controller a applied the Deployment")
     first.send_signal(signal.SIGKILL)
     first.wait()
-    assert _wait_ready(env, timeout=150).returncode == 0, (env.tmp / "controller-b.log").read_text()[-3000:]
+    assert wait_ready(env, timeout=150).returncode == 0, (env.tmp / "controller-b.log").read_text()[-3000:]
     assert "leading as" in (env.tmp / "controller-b.log").read_text()
     assert [(r["revision"], r["status"]) for r in env.history()] == [(1, "deployed")], "no duplicate revision"
     assert second.poll() is None
@@ -204,14 +126,14 @@ def test_deleting_the_object_removes_the_workload_and_keeps_the_records(
     crd_installed: None, env: ReleaseEnv, controllers: Callable[..., Any]
 ) -> None:
     controllers()
-    _apply_object(env, _object(env))
-    assert _wait_ready(env).returncode == 0
+    apply_object(env, object_doc(env))
+    assert wait_ready(env).returncode == 0
     kubernetes.client.CustomObjectsApi(env.api).delete_namespaced_custom_object(
         crd.GROUP, crd.VERSION, env.namespace, crd.PLURAL, "llm"
     )
     wait_until(lambda: env.deployment() is None, 60, "the workload removed by the finalizer")
     with pytest.raises(kubernetes.client.ApiException):
-        _get(env)
+        get_object(env)
     assert [(r["revision"], r["status"]) for r in env.history()] == [(1, "deployed")], "the audit trail stays"
 
 

@@ -165,11 +165,13 @@ class _Reconciler:
         generation = int(meta.get("generation", 1))
         retry = (meta.get("annotations") or {}).get(RETRY_ANNOTATION)
         waiting = self.retry_at.get((namespace, name))
+        if waiting is not None and waiting > time.monotonic():
+            return  # backing off after a transient problem (a held release lock, an API error)
         new = status.get("observedGeneration") != generation or retry != status.get("retry")
-        if not new and (waiting is None or waiting > time.monotonic()):
+        self.retry_at.pop((namespace, name), None)
+        if not new:  # this generation was judged already: never deploy it twice
             self._notice_outside_changes(obj)
             return
-        self.retry_at.pop((namespace, name), None)
         self._deploy(obj, generation, retry)
 
     def _deploy(self, obj: dict[str, Any], generation: int, retry: str | None) -> None:

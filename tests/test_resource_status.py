@@ -7,10 +7,12 @@ orchestrator.resource_status writes for each way a generation can end.
 from __future__ import annotations
 
 import pathlib
+import re
 from typing import Any
 
 import lupa
 import pytest
+import yaml
 
 from orchestrator import gate, resource_status
 from orchestrator.outcome import Failure, Outcome
@@ -131,3 +133,16 @@ def test_argo_cd_sees_each_status_the_controller_writes_as_the_right_health() ->
     degraded = _argo_health(_object(2, bad))
     assert degraded["status"] == "Degraded" and degraded["message"].startswith("slo_failed: revision 2 failed")
     assert _argo_health(_object(1, manual))["status"] == "Healthy"
+
+
+def test_the_flux_example_in_the_docs_carries_the_shipped_health_check_expressions() -> None:
+    shipped = yaml.safe_load((ROOT / "gitops" / "flux" / "inferenceprofile-health.yaml").read_text())
+    blocks = re.findall(r"```yaml\n(.*?)```", (ROOT / "docs" / "gitops.md").read_text(), re.S)
+    documented = [
+        doc["spec"]["healthCheckExprs"]
+        for block in blocks
+        for doc in [yaml.safe_load(block)]
+        if isinstance(doc, dict) and "healthCheckExprs" in (doc.get("spec") or {})
+    ]
+    assert documented == [shipped]
+    assert {e["kind"] for e in shipped} == {"InferenceProfile"}

@@ -1,10 +1,11 @@
-"""What the local cluster holds from its start: kwok's and KubeRay's CRDs, the stages, the
-simulated nodes.
+"""What the local cluster holds from its start: kwok's, KubeRay's and Flux's CRDs, the
+stages, the simulated nodes.
 
 Applied with server-side apply through a small stdlib client authenticated as the admin,
 since this runs before any other client is set up. kwok's own stage files and CRDs, and
-KubeRay's CRDs, are read from their Go modules in the module cache (the versions build.sh
-built kwok and ray-operator from), never copied into the repository.
+KubeRay's and Flux's CRDs, are read from their Go modules in the module cache (the versions
+build.sh built kwok, ray-operator and Flux's controllers from), never copied into the
+repository.
 """
 
 from __future__ import annotations
@@ -43,6 +44,15 @@ KWOK_MODULE = ("kwok", "sigs.k8s.io/kwok")
 # ray.io RayCluster, RayJob and RayService: the operator runs a controller for each.
 KUBERAY_CRD_DIR = "config/crd/bases"
 KUBERAY_MODULE = ("kuberay", "github.com/ray-project/kuberay/ray-operator")
+# Flux's source.toolkit.fluxcd.io kinds (GitRepository, OCIRepository, Bucket, HelmRepository,
+# HelmChart, ExternalArtifact) and kustomize.toolkit.fluxcd.io's Kustomization, each from the
+# controller module build.sh built the controller from. kustomize-controller watches several
+# source kinds, so it needs all of source-controller's CRDs served too.
+FLUX_CRD_DIR = "config/crd/bases"
+FLUX_MODULES = (
+    ("flux-source", "github.com/fluxcd/source-controller", "source.toolkit.fluxcd.io_*.yaml"),
+    ("flux-kustomize", "github.com/fluxcd/kustomize-controller", "kustomize.toolkit.fluxcd.io_*.yaml"),
+)
 OUR_STAGES = components.HERE / "sim-stages.yaml"
 NODES = components.HERE / "nodes.yaml"
 # The kinds applied here, and where they live in the API (all cluster-scoped).
@@ -111,6 +121,11 @@ def kuberay_module_dir() -> Path:
     return _module_dir(*KUBERAY_MODULE)
 
 
+def flux_module_dirs() -> list[tuple[Path, str]]:
+    """Flux's controller modules in the module cache, each with the glob of its CRD files."""
+    return [(_module_dir(tool, module), pattern) for tool, module, pattern in FLUX_MODULES]
+
+
 def _module_dir(tool: str, module: str) -> Path:
     """Where the Go module cache holds `module`, at the version the tools module `tool` requires."""
     if not shutil.which("go"):
@@ -140,6 +155,17 @@ def apply_kuberay_crds(api: Api, kuberay_module: Path) -> list[str]:
     files = sorted((kuberay_module / KUBERAY_CRD_DIR).glob("ray.io_*.yaml"))
     if not files:
         raise components.ClusterError(f"no ray.io CRDs in {kuberay_module / KUBERAY_CRD_DIR}")
+    return _apply_crd_files(api, files)
+
+
+def apply_flux_crds(api: Api, flux_modules: list[tuple[Path, str]]) -> list[str]:
+    """Apply Flux's CRDs (GitRepository and the other sources, Kustomization); returns their names."""
+    files: list[Path] = []
+    for module, pattern in flux_modules:
+        found = sorted((module / FLUX_CRD_DIR).glob(pattern))
+        if not found:
+            raise components.ClusterError(f"no {pattern} CRDs in {module / FLUX_CRD_DIR}")
+        files += found
     return _apply_crd_files(api, files)
 
 

@@ -1,8 +1,8 @@
 """The local cluster's components: where they listen, where their files live, how each starts.
 
 Command lines and config files for etcd, kube-apiserver, kube-controller-manager,
-kube-scheduler, kwok and KubeRay's ray-operator, and the kubeconfig each client component
-authenticates with.
+kube-scheduler, kwok, KubeRay's ray-operator and Flux's source-controller and
+kustomize-controller, and the kubeconfig each client component authenticates with.
 """
 
 from __future__ import annotations
@@ -19,7 +19,10 @@ ROOT = Path(__file__).resolve().parents[2]
 HERE = Path(__file__).resolve().parent
 # Where build.sh puts the binaries (kubectl and helm too).
 BIN_DIR = Path(os.environ.get("DEPLOYCTL_BIN", ROOT / ".cache" / "bin"))
-COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok", "ray-operator")
+COMPONENTS = (
+    *("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok", "ray-operator"),
+    *("source-controller", "kustomize-controller"),
+)
 SERVICE_CIDR = "10.96.0.0/16"
 POD_CIDR = "10.244.0.0/16"
 # kwok takes charge of the nodes carrying this annotation (nodes.yaml sets it).
@@ -48,6 +51,14 @@ class Ports:
     # ray-operator's two plain-HTTP listeners (controller-runtime's defaults are :8080 and :8082).
     ray_operator_metrics: int = 64434
     ray_operator_probe: int = 64435
+    # Flux's controllers: plain-HTTP metrics and health listeners (controller-runtime's :8080
+    # and :9440 by default), and source-controller's artifact server (:9090 by default), from
+    # which kustomize-controller downloads what source-controller fetched.
+    source_controller_metrics: int = 64436
+    source_controller_health: int = 64437
+    source_controller_storage: int = 64438
+    kustomize_controller_metrics: int = 64439
+    kustomize_controller_health: int = 64440
 
     @classmethod
     def from_env(cls) -> Ports:
@@ -97,6 +108,11 @@ class Layout:
     @property
     def kwok_workdir(self) -> Path:
         return self.state / "kwok"
+
+    @property
+    def flux_storage(self) -> Path:
+        """source-controller's artifacts (tarballs of the fetched revisions)."""
+        return self.state / "flux-artifacts"
 
     def component_kubeconfig(self, component: str) -> Path:
         return self.kubeconfigs / f"{component}.kubeconfig"
@@ -202,6 +218,44 @@ def ray_operator_args(layout: Layout, ports: Ports) -> list[str]:
     ]
 
 
+def source_controller_args(layout: Layout, ports: Ports) -> list[str]:
+    """Flux's source-controller: fetches GitRepositories (and OCI, Helm, bucket sources) into
+    artifacts it serves over HTTP. It runs on this machine, not in a pod, so a git server on
+    127.0.0.1 is reachable from it as it is from the tests."""
+    return [
+        str(BIN_DIR / "source-controller"),
+        f"--metrics-addr=127.0.0.1:{ports.source_controller_metrics}",
+        f"--health-addr=127.0.0.1:{ports.source_controller_health}",
+        f"--storage-path={layout.flux_storage}",
+        f"--storage-addr=127.0.0.1:{ports.source_controller_storage}",
+        # The host part of every artifact URL it writes into a source's status.
+        f"--storage-adv-addr=127.0.0.1:{ports.source_controller_storage}",
+        "--watch-all-namespaces",
+        # One instance only: a restart need not wait out a lease.
+        "--enable-leader-election=false",
+        "--log-encoding=console",
+    ]
+
+
+def kustomize_controller_args(layout: Layout, ports: Ports) -> list[str]:
+    """Flux's kustomize-controller: builds a Kustomization from its source's artifact and
+    server-side applies it, as a cluster admin (no --default-service-account)."""
+    return [
+        str(BIN_DIR / "kustomize-controller"),
+        f"--metrics-addr=127.0.0.1:{ports.kustomize_controller_metrics}",
+        f"--health-addr=127.0.0.1:{ports.kustomize_controller_health}",
+        "--watch-all-namespaces",
+        "--enable-leader-election=false",
+        "--log-encoding=console",
+    ]
+
+
+def flux_env(layout: Layout, component: str) -> dict[str, str]:
+    # Flux's controllers take no --kubeconfig flag (controller-runtime's is not on their flag
+    # set); they read KUBECONFIG, as ctrl.GetConfig does.
+    return {"KUBECONFIG": str(layout.component_kubeconfig(component))}
+
+
 def kwok_env(layout: Layout) -> dict[str, str]:
     # Its own work directory keeps kwok from also loading a user's ~/.kwok/kwok.yaml.
     return {"KWOK_WORKDIR": str(layout.kwok_workdir)}
@@ -242,6 +296,9 @@ def write_kubeconfigs(layout: Layout, certs: pki.Pki, ports: Ports) -> None:
         # A file of its own, as the admin: KubeRay's Helm chart would bind it a ClusterRole, but
         # the operator is a dependency of deployctl here, not under test, like kwok.
         "ray-operator": pki.ADMIN,
+        # Likewise Flux's controllers: a real install binds them cluster-admin too.
+        "source-controller": pki.ADMIN,
+        "kustomize-controller": pki.ADMIN,
     }
     layout.kubeconfigs.mkdir(exist_ok=True)
     for component, identity in users.items():

@@ -5,16 +5,19 @@
     python e2e/cluster/localcluster.py down     # stop every process, wipe the etcd data
 
 etcd, kube-apiserver, kube-controller-manager and kube-scheduler are the upstream binaries
-that e2e/cluster/build.sh builds into .cache/bin, as is KubeRay's ray-operator (its CRDs come
-from its Go module); kwok plays the kubelet of the nodes in nodes.yaml, driven by the stage
-files of its own Go module plus sim-stages.yaml. Everything listens on 127.0.0.1 only. State
-(PKI, kubeconfigs, etcd data, pids) lives under the state directory, default .cache/cluster;
+that e2e/cluster/build.sh builds into .cache/bin, as are KubeRay's ray-operator and Flux's
+source-controller and kustomize-controller (their CRDs come from their Go modules); kwok
+plays the kubelet of the nodes in nodes.yaml, driven by the stage files of its own Go module
+plus sim-stages.yaml. Everything listens on 127.0.0.1 only. State (PKI, kubeconfigs, etcd
+data, Flux's artifacts, pids) lives under the state directory, default .cache/cluster;
 component logs under its logs/ and are kept after a failure (the previous run's move to
 logs.prev/). The admin kubeconfig is <state>/kubeconfig.
 
 Ports are fixed so a reused cluster is found again, and chosen outside the usual defaults and
 the Linux ephemeral range; override them with DEPLOYCTL_CLUSTER_{ETCD,ETCD_PEER,APISERVER,
-KWOK,CONTROLLER_MANAGER,SCHEDULER,RAY_OPERATOR_METRICS,RAY_OPERATOR_PROBE}_PORT.
+KWOK,CONTROLLER_MANAGER,SCHEDULER,RAY_OPERATOR_METRICS,RAY_OPERATOR_PROBE,
+SOURCE_CONTROLLER_METRICS,SOURCE_CONTROLLER_HEALTH,SOURCE_CONTROLLER_STORAGE,
+KUSTOMIZE_CONTROLLER_METRICS,KUSTOMIZE_CONTROLLER_HEALTH}_PORT.
 """
 
 from __future__ import annotations
@@ -47,6 +50,8 @@ ClusterError = components.ClusterError
 BIN_DIR = components.BIN_DIR
 START_TIMEOUT_S = 90.0
 STOP_TIMEOUT_S = 10.0
+# Flux's controllers: they read their kubeconfig from KUBECONFIG (components.flux_env).
+FLUX = ("source-controller", "kustomize-controller")
 
 log = logging.getLogger("localcluster")
 
@@ -113,7 +118,10 @@ def status(state_dir: str | Path = ".cache/cluster") -> list[str]:
 # Components a fault test may stop and start again while the rest keep running. etcd holds
 # the data (a restart would need the same data dir and gains nothing), and kwok's simulated
 # pods would lose their state.
-RESTARTABLE = ("kube-apiserver", "kube-controller-manager", "kube-scheduler", "ray-operator")
+RESTARTABLE = (
+    *("kube-apiserver", "kube-controller-manager", "kube-scheduler", "ray-operator"),
+    *("source-controller", "kustomize-controller"),
+)
 
 
 def stop_component(name: str, state_dir: str | Path = ".cache/cluster", *, crash: bool = False) -> None:
@@ -149,14 +157,19 @@ def start_component(name: str, state_dir: str | Path = ".cache/cluster") -> None
             "kube-controller-manager": lambda: components.controller_manager_args(layout, certs, ports),
             "kube-scheduler": lambda: components.scheduler_args(layout, ports),
             "ray-operator": lambda: components.ray_operator_args(layout, ports),
+            "source-controller": lambda: components.source_controller_args(layout, ports),
+            "kustomize-controller": lambda: components.kustomize_controller_args(layout, ports),
         }[name]()
-        procs[name] = _spawn(layout, name, argv, None)
+        env = components.flux_env(layout, name) if name in FLUX else None
+        procs[name] = _spawn(layout, name, argv, env)
         _write_state(layout, ports, procs)
         ready = {
             "kube-apiserver": lambda: bootstrap.Api(layout, ports).ok("/readyz"),
             "kube-controller-manager": lambda: _healthz(ports.controller_manager),
             "kube-scheduler": lambda: _healthz(ports.scheduler),
             "ray-operator": lambda: _ray_operator_ready(ports),
+            "source-controller": lambda: _source_controller_ready(ports),
+            "kustomize-controller": lambda: _kustomize_controller_ready(ports),
         }[name]
         _wait(name, ready, layout, {name: procs[name]})
 
@@ -187,6 +200,10 @@ def _start(layout: components.Layout, ports: components.Ports) -> Cluster:
     components.write_kubeconfigs(layout, certs, ports)
     components.write_kwok_config(layout, certs, ports)
     kwok_module, kuberay_module = bootstrap.kwok_module_dir(), bootstrap.kuberay_module_dir()
+    flux_modules = bootstrap.flux_module_dirs()
+    # Artifacts of a previous cluster's sources: their objects went with its etcd data.
+    shutil.rmtree(layout.flux_storage, ignore_errors=True)
+    layout.flux_storage.mkdir()
     api = bootstrap.Api(layout, ports)
     procs: dict[str, int] = {}
 
@@ -214,9 +231,19 @@ def _start(layout: components.Layout, ports: components.Ports) -> Cluster:
         ray_crds = bootstrap.apply_kuberay_crds(api, kuberay_module)
         wait("KubeRay CRDs established", lambda: bootstrap.crds_established(api, ray_crds))
         launch("ray-operator", components.ray_operator_args(layout, ports))
+        # Flux's CRDs likewise, before its controllers start.
+        flux_crds = bootstrap.apply_flux_crds(api, flux_modules)
+        wait("Flux CRDs established", lambda: bootstrap.crds_established(api, flux_crds))
+        for name, args in (
+            ("source-controller", components.source_controller_args),
+            ("kustomize-controller", components.kustomize_controller_args),
+        ):
+            launch(name, args(layout, ports), components.flux_env(layout, name))
         wait("kube-controller-manager", lambda: _healthz(ports.controller_manager))
         wait("kube-scheduler", lambda: _healthz(ports.scheduler))
         wait("ray-operator", lambda: _ray_operator_ready(ports))
+        wait("source-controller", lambda: _source_controller_ready(ports))
+        wait("kustomize-controller", lambda: _kustomize_controller_ready(ports))
         wait("nodes Ready", lambda: not bootstrap.unready_nodes(api))
     except BaseException:
         log.error("cluster start failed; logs are in %s", layout.logs)
@@ -286,6 +313,26 @@ def _ray_operator_ready(ports: components.Ports) -> bool:
     return _http_ok(f"http://127.0.0.1:{ports.ray_operator_probe}/readyz")
 
 
+def _source_controller_ready(ports: components.Ports) -> bool:
+    """source-controller's readiness probe, and its artifact server (started once the manager
+    runs; kustomize-controller downloads every revision from it)."""
+    return _http_ok(f"http://127.0.0.1:{ports.source_controller_health}/readyz") and _listening(
+        ports.source_controller_storage
+    )
+
+
+def _kustomize_controller_ready(ports: components.Ports) -> bool:
+    return _http_ok(f"http://127.0.0.1:{ports.kustomize_controller_health}/readyz")
+
+
+def _listening(port: int) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=2):
+            return True
+    except OSError:
+        return False
+
+
 def _problems(state: dict[str, Any], api: bootstrap.Api) -> list[str]:
     bin_dir = Path(state["bin_dir"])
     # A cluster recorded before a component joined COMPONENTS lacks it: "not running", restarted.
@@ -294,8 +341,14 @@ def _problems(state: dict[str, Any], api: bootstrap.Api) -> list[str]:
         return [f"not running: {', '.join(dead)}"]
     if not api.ok("/readyz"):
         return ["kube-apiserver is not ready"]
-    if not _ray_operator_ready(components.Ports(**state["ports"])):
-        return ["ray-operator is not ready"]
+    ports = components.Ports(**state["ports"])
+    for name, ready in (
+        ("ray-operator", _ray_operator_ready),
+        ("source-controller", _source_controller_ready),
+        ("kustomize-controller", _kustomize_controller_ready),
+    ):
+        if not ready(ports):
+            return [f"{name} is not ready"]
     try:
         unready = bootstrap.unready_nodes(api)
     except (ClusterError, OSError) as e:  # the API server went away since /readyz
@@ -349,7 +402,7 @@ def _stop(layout: components.Layout, state: dict[str, Any]) -> None:
     # In waves, each waited for: the API server's clients, then the API server, then etcd.
     # An API server whose etcd is gone hangs on its way out instead of stopping in a second.
     waves: tuple[tuple[str, ...], ...] = (
-        ("kwok", "kube-scheduler", "kube-controller-manager", "ray-operator"),
+        ("kwok", "kube-scheduler", "kube-controller-manager", "ray-operator", *FLUX),
         ("kube-apiserver",),
         ("etcd",),
     )
