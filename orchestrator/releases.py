@@ -177,6 +177,8 @@ class Record(RecordBody):
             stored = yaml.safe_load(self.profile) or {}
         except yaml.YAMLError:
             return {}
+        if isinstance(stored, dict) and isinstance(stored.get("spec"), dict):
+            stored = stored["spec"]  # applied from an InferenceProfile object: the sections are its spec
         section = stored.get(name) if isinstance(stored, dict) else None
         return section if isinstance(section, dict) else {}
 

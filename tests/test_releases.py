@@ -568,3 +568,18 @@ def test_the_comparison_refuses_an_export_of_another_release() -> None:
     doc["release"] = "other"
 
     assert [p.code for p in audit.compare_with_export(history(kube), doc)] == ["foreign"]
+
+
+@pytest.mark.parametrize(
+    "profile_text",
+    [
+        "gate: {endpoint: http://infer:8000}\nrollout: {groupJoinSeconds: 30}\n",
+        "apiVersion: deployctl.dev/v1\nkind: InferenceProfile\nmetadata: {name: llm}\n"
+        "spec:\n  gate: {endpoint: http://infer:8000}\n  rollout: {groupJoinSeconds: 30}\n",
+    ],
+    ids=["profile-file", "inferenceprofile-object"],
+)
+def test_a_rollback_reads_the_gate_and_rollout_settings_of_a_profile_file_or_object(profile_text: str) -> None:
+    stored = record(FakeKube(), "v1", profile_text=profile_text)
+    assert stored.stored_settings() == {"endpoint": "http://infer:8000"}
+    assert stored.stored_section("rollout") == {"groupJoinSeconds": 30}
