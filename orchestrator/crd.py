@@ -30,7 +30,7 @@ NAME = f"{PLURAL}.{GROUP}"
 _DROPPED = frozenset({"title", "examples", "default", "discriminator"})
 
 # Cross-field rules checked at admission, by the profile path of the object they sit on. Each
-# mirrors a pydantic validator of orchestrator/profile.py; tests/test_crd.py holds them to it.
+# mirrors a pydantic validator of orchestrator/profile.py; e2e/test_crd_admission.py runs them on a real API server.
 _RULES: dict[tuple[str, ...], list[dict[str, str]]] = {
     ("model",): [
         {

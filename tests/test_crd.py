@@ -1,6 +1,6 @@
 """The InferenceProfile CRD and object form: generated from the profile models, read like a profile file.
 
-The e2e suite (e2e/test_crd.py) applies the CRD to a real kube-apiserver, which checks that the
+The e2e suite (e2e/test_crd_admission.py) applies the CRD to a real kube-apiserver, which checks that the
 schema is structural and runs the CEL rules; here the schema is held to the models it comes from.
 """
 
