@@ -283,18 +283,31 @@ def git_server(tmp_path: Path) -> Iterator[fluxhelpers.GitServer]:
 
 @pytest.fixture
 def controllers(env: deployhelpers.ReleaseEnv) -> Iterator[Callable[..., subprocess.Popen[bytes]]]:
-    """Start `deployctl controller -n NS` processes (short lease and resync); all stopped afterwards."""
+    """Start `deployctl controller -n NS` processes (or `-A`, leading on a Lease in NS), with a short
+    lease and resync; all stopped afterwards."""
     started: list[subprocess.Popen[bytes]] = []
 
-    def start(name: str = "a", *extra: str) -> subprocess.Popen[bytes]:
+    def start(name: str = "a", *extra: str, all_namespaces: bool = False) -> subprocess.Popen[bytes]:
         log = (env.tmp / f"controller-{name}.log").open("wb")
-        argv = [deployhelpers.DEPLOYCTL, "controller", "-n", env.namespace, "--kubeconfig", str(env.kubeconfig)]
+        scope = ["-A", "--lease-namespace", env.namespace] if all_namespaces else ["-n", env.namespace]
+        argv = [deployhelpers.DEPLOYCTL, "controller", *scope, "--kubeconfig", str(env.kubeconfig)]
         argv += ["--lease-seconds", "6", "--resync", "2", "--lock-ttl", "10", *extra]
         proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=os.environ)
         started.append(proc)
         return proc
 
     yield start
+    if any(proc.poll() is None for proc in started):
+        # Deleted while a controller still runs, the objects lose their finalizer and the namespace
+        # can go; left behind, they would hold it in Terminating.
+        subprocess.run(
+            [
+                *(str(components.BIN_DIR / "kubectl"), "--kubeconfig", str(env.kubeconfig)),
+                *("delete", "inferenceprofiles", "--all", "-n", env.namespace, "--wait", "--timeout=60s"),
+            ],
+            capture_output=True,
+            check=False,
+        )
     for proc in started:
         if proc.poll() is None:
             proc.send_signal(signal.SIGTERM)

@@ -158,3 +158,14 @@ def test_render_format_controller_is_accepted_by_the_api_server(crd_installed: N
         "RoleBinding",
         "Deployment",
     ]
+
+
+def test_a_controller_for_all_namespaces_deploys_an_object_in_any_of_them(
+    crd_installed: None, env: ReleaseEnv, controllers: Callable[..., Any]
+) -> None:
+    controllers("all", all_namespaces=True)
+    apply_object(env, object_doc(env))
+    waited = wait_ready(env)
+    assert waited.returncode == 0, waited.stderr + (env.tmp / "controller-all.log").read_text()[-3000:]
+    assert get_object(env)["status"]["liveRevision"] == 1
+    assert "leading as" in (env.tmp / "controller-all.log").read_text()
