@@ -91,7 +91,7 @@ def spec_schema() -> dict[str, Any]:
     """The OpenAPI schema of an InferenceProfile's spec: the profile's sections, structural."""
     raw = profiles.Profile.model_json_schema()
     defs: dict[str, Any] = raw.pop("$defs", {})
-    spec = _structural(_inline(raw, defs), ())
+    spec = _structural(inline_refs(raw, defs), ())
     for key in ("apiVersion", "kind", "metadata"):
         spec["properties"].pop(key)
     spec["required"] = [k for k in spec.get("required", []) if k not in ("apiVersion", "kind", "metadata")]
@@ -189,16 +189,18 @@ def _columns() -> list[dict[str, Any]]:
 # --- JSON Schema -> structural OpenAPI ---------------------------------------------------------------
 
 
-def _inline(node: Any, defs: dict[str, Any]) -> Any:
+def inline_refs(node: Any, defs: dict[str, Any]) -> Any:
+    """A JSON Schema with every ``$ref`` into ``defs`` replaced by its target (the field's own keys,
+    such as its description, win). Also used by scripts/gen_chart_schema.py."""
     if isinstance(node, list):
-        return [_inline(item, defs) for item in node]
+        return [inline_refs(item, defs) for item in node]
     if not isinstance(node, dict):
         return node
     if "$ref" in node:
         target = defs[node["$ref"].rsplit("/", 1)[-1]]
         merged = {**target, **{k: v for k, v in node.items() if k != "$ref"}}  # the field's description wins
-        return _inline(merged, defs)
-    return {key: _inline(value, defs) for key, value in node.items()}
+        return inline_refs(merged, defs)
+    return {key: inline_refs(value, defs) for key, value in node.items()}
 
 
 def _structural(node: dict[str, Any], path: tuple[str, ...]) -> dict[str, Any]:

@@ -20,7 +20,7 @@ from typing import Any
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # run from a source checkout without installing the package
 
-from orchestrator import render  # noqa: E402
+from orchestrator import crd, render  # noqa: E402
 
 SCHEMA_PATH = ROOT / "charts" / "vllm-inference" / "values.schema.json"
 
@@ -32,22 +32,9 @@ def generate() -> str:
     schema = {
         "$schema": "http://json-schema.org/draft-07/schema#",
         "title": "Values of the vllm-inference chart",
-        **_clean(_inline(raw, defs)),
+        **_clean(crd.inline_refs(raw, defs)),
     }
     return json.dumps(schema, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
-
-
-def _inline(node: Any, defs: dict[str, Any]) -> Any:
-    if isinstance(node, list):
-        return [_inline(item, defs) for item in node]
-    if not isinstance(node, dict):
-        return node
-    if "$ref" in node:
-        target = defs[node["$ref"].rsplit("/", 1)[-1]]
-        # The field's own keys (its description, its default) win over the referenced model's.
-        merged = {**target, **{k: v for k, v in node.items() if k != "$ref"}}
-        return _inline(merged, defs)
-    return {key: _inline(value, defs) for key, value in node.items()}
 
 
 def _clean(node: Any, *, is_properties: bool = False) -> Any:
