@@ -147,7 +147,8 @@ def test_install_gates_on_the_real_server_and_records_predicted_against_observed
 
 
 def test_an_slo_the_real_server_cannot_meet_is_rolled_back_with_the_chain_intact(real_env: ReleaseEnv) -> None:
-    assert real_env.apply(real_profile(real_env.namespace), timeout=600).code == 0
+    first = real_env.apply(real_profile(real_env.namespace), timeout=600)
+    assert first.code == 0, first.stdout + first.stderr
     impossible = real_profile(real_env.namespace, smoke={"slo": {"output_throughput": ">=1000000"}})
     result = real_env.apply(impossible, timeout=600)
     assert result.code == 6, result.stdout + result.stderr
@@ -163,7 +164,8 @@ def test_an_slo_the_real_server_cannot_meet_is_rolled_back_with_the_chain_intact
 def test_a_revision_whose_server_never_answers_fails_its_health_gate_explained(real_env: ReleaseEnv) -> None:
     dead = realvllm.free_port()  # nothing listens: a server that exited before it served
     kwoksim.forward_ports(real_env.cluster, real_env.namespace, {8000: real_env.good_port, 8001: dead})
-    assert real_env.apply(real_profile(real_env.namespace), timeout=600).code == 0
+    first = real_env.apply(real_profile(real_env.namespace), timeout=600)
+    assert first.code == 0, first.stdout + first.stderr
     never = real_profile(real_env.namespace, engine={"port": 8001}, health_seconds=15)
     result = real_env.apply(never, "--skip-bench", timeout=600)
     assert result.code == 6, result.stdout + result.stderr

@@ -153,7 +153,18 @@ class _Stream:
         if not self.done:
             self.fail(metrics.FailureKind.PROTOCOL, "stream ended without data: [DONE] (answer cut short)")
         elif self.sample.ttft is None:
-            self.fail(metrics.FailureKind.NO_TOKENS, "stream completed without any output token")
+            generated = self.sample.completion_tokens
+            if generated:
+                # The server generated tokens that decode to no text (special tokens, partial
+                # characters): nothing a user sees, and no first token to time.
+                self.fail(
+                    metrics.FailureKind.NO_TOKENS,
+                    f"stream completed without any output text although the server counted {generated} "
+                    "completion tokens: the model generates only special tokens or incomplete characters "
+                    "(check its tokenizer and chat template)",
+                )
+            else:
+                self.fail(metrics.FailureKind.NO_TOKENS, "stream completed without any output token")
 
 
 async def send_one(

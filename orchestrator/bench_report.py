@@ -66,19 +66,21 @@ class BenchReport(metrics.Metrics):
         if unmeasured:
             return errors.shorten(f"nothing was measured: {unmeasured}", 600)
         attempted = self.completed + self.failed
-        first = f", e.g. {self.errors[0]}" if self.errors else ""
-        kinds = ", ".join(f"{kind} {n}" for kind, n in sorted(self.failures.items()))
         if self.completed == 0:
-            why = f"{self.failed} requests failed ({kinds}){first}" if self.failed else "no request was sent"
+            why = self.failure_summary() if self.failed else "no request was sent"
             return errors.shorten(f"no request completed: {why}", 600)
         rate = self.failed / attempted  # error_rate, known not to be null here
         if rate > max_error_rate:
             return errors.shorten(
-                f"error rate {rate:.4f} is above --max-error-rate {max_error_rate:g}: "
-                f"{self.failed} of {attempted} requests failed ({kinds}){first}",
-                600,
+                f"error rate {rate:.4f} is above --max-error-rate {max_error_rate:g}: {self.failure_summary()}", 600
             )
         return None
+
+    def failure_summary(self) -> str:
+        """Which requests failed, by kind, with the first message: "1 of 8 requests failed (timeout 1), e.g. ..."."""
+        kinds = ", ".join(f"{kind} {n}" for kind, n in sorted(self.failures.items()))
+        first = f", e.g. {self.errors[0]}" if self.errors else ""
+        return f"{self.failed} of {self.completed + self.failed} requests failed ({kinds}){first}"
 
 
 _FAMILIES = (

@@ -18,7 +18,7 @@ import enum
 from collections.abc import Mapping
 from typing import Any
 
-from orchestrator import bench_report, slo
+from orchestrator import bench_report, errors, slo
 
 METRIC_NAMES = slo.METRIC_NAMES
 Condition = slo.Condition
@@ -130,7 +130,9 @@ def evaluate(
         value = measured[metric]
         before = previous.get(metric)
         delta = _delta_pct(value, before)
-        rows.append(_slo_row(metric, condition, value, distrust.get(metric), before, delta))
+        # A failed request's kind and message are what the on-call engineer needs next, not just the rate.
+        detail = report.failure_summary() if metric == "error_rate" and report.failed else None
+        rows.append(_slo_row(metric, condition, value, distrust.get(metric), before, delta, detail))
         if max_regression_pct is not None and previous_report is not None:
             rows.append(
                 _regression_row(metric, condition, value, before, delta, max_regression_pct, distrust, previous_note)
@@ -194,6 +196,7 @@ def _slo_row(
     distrust: str | None,
     previous: float | None,
     delta: float | None,
+    detail: str | None = None,
 ) -> Check:
     if value is None:
         return Check(
@@ -207,6 +210,8 @@ def _slo_row(
         )
     holds = condition.holds(value)
     outcome = f"{metric} = {value:.4g}, {'meets' if holds else 'misses'} {condition}"
+    if detail is not None:
+        outcome += f" ({errors.shorten(detail, 300)})"
     if distrust is not None:
         return Check(metric, str(condition), value, Verdict.INCONCLUSIVE, f"{outcome}, but {distrust}", previous, delta)
     return Check(metric, str(condition), value, Verdict.PASS if holds else Verdict.FAIL, outcome, previous, delta)

@@ -525,7 +525,7 @@ def test_a_run_where_no_request_completed_fails_whatever_the_error_rate_limit() 
     report = asyncio.run(bench.run_async(config(requests=2), clock=FakeClock(), transport=transport))
     reason = report.failure_reason(max_error_rate=1.0)
     assert reason is not None
-    assert reason.startswith("no request completed: 2 requests failed (http_status 2), e.g. ")
+    assert reason.startswith("no request completed: 2 of 2 requests failed (http_status 2), e.g. ")
     assert "HTTP 404" in reason and "\n" not in reason
 
 

@@ -171,9 +171,19 @@ def test_refused_or_stalled_servers_are_errors_not_failures() -> None:
 
 
 def test_a_few_timeouts_among_answers_count_as_errors_of_the_server() -> None:
-    result = gate.evaluate(report(completed=250, failed=6, error_rate=6 / 256, failures={"timeout": 6}), SLO, 16)
+    failed = report(
+        completed=250, failed=6, error_rate=6 / 256, failures={"timeout": 6}, errors=["no data within the read timeout"]
+    )
+    result = gate.evaluate(failed, SLO, 16)
     assert result.verdict is gate.Verdict.FAIL
     assert row(result, "error_rate").verdict is gate.Verdict.FAIL
+    # The row says which requests failed and how, so the rollback's reason is actionable.
+    reason = row(result, "error_rate").reason
+    assert "6 of 256 requests failed (timeout 6), e.g. no data within the read timeout" in reason
+
+
+def test_an_error_rate_row_without_failures_carries_no_failure_detail() -> None:
+    assert "failed" not in row(gate.evaluate(report(), SLO, 16), "error_rate").reason
 
 
 def test_error_report_for_a_benchmark_that_could_not_start() -> None:

@@ -92,6 +92,16 @@ def build_tokenizer(rng: random.Random) -> Any:
     )
 
 
+def invisible_token_ids(tokenizer: Any) -> list[int]:
+    """Tokens that decode to no visible text on their own: special tokens, partial UTF-8, blanks."""
+    invisible = []
+    for token_id in range(len(tokenizer)):
+        text = tokenizer.decode([token_id], skip_special_tokens=True)
+        if not text.strip() or "\ufffd" in text:
+            invisible.append(token_id)
+    return invisible
+
+
 def build_model(tokenizer: Any, seed: int) -> Any:
     import torch
     from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM
@@ -111,7 +121,15 @@ def build_model(tokenizer: Any, seed: int) -> Any:
         pad_token_id=tokenizer.pad_token_id,
         tie_word_embeddings=False,
     )
-    model = LlamaForCausalLM(config).to(torch.bfloat16).eval()
+    model = LlamaForCausalLM(config)
+    with torch.no_grad():
+        # Random weights under greedy decoding settle on one token; if that token shows no text
+        # (a special token, a lone byte of a multi-byte character), every streamed delta is empty
+        # and the smoke gate rightly counts the request as failed. Zero output rows give those
+        # tokens logit 0, which the best of ~1,000 random logits beats, so every reply has text.
+        for token_id in invisible_token_ids(tokenizer):
+            model.lm_head.weight[token_id].zero_()
+    model = model.to(torch.bfloat16).eval()
     model.generation_config = GenerationConfig(
         bos_token_id=config.bos_token_id, eos_token_id=config.eos_token_id, pad_token_id=config.pad_token_id
     )
