@@ -9,7 +9,9 @@ from __future__ import annotations
 import contextlib
 import itertools
 import json
+import os
 import re
+import shutil
 import subprocess
 import sys
 import time
@@ -529,3 +531,16 @@ def test_simulator_streams_tokens_at_configured_latencies_through_port_forward(
     gaps = sorted(b - a for a, b in itertools.pairwise(arrivals))
     assert 0.3 <= arrivals[0] < 0.3 + 0.5  # TTFT, plus the tunnel's overhead
     assert 0.035 <= gaps[len(gaps) // 2] <= 0.08  # median inter-token latency
+
+
+@pytest.mark.skipif(shutil.which("go") is None, reason="Go builds the simulator; without it there is none to test")
+def test_the_simulators_own_go_tests_pass() -> None:
+    """The simulator's engine modes (routes, health while loading, SSE framing, usage chunk, error
+    bodies, metric names per engine) and its fault modes are unit-tested in Go; the e2e tests rely
+    on them, so they run here, where Go is at hand anyway."""
+    simulator_dir = Path(__file__).resolve().parent / "simulator"
+    env = {**os.environ, "CGO_ENABLED": "0", "GOFLAGS": "-mod=mod"}
+    done = subprocess.run(
+        ["go", "test", "./..."], cwd=simulator_dir, env=env, capture_output=True, text=True, timeout=600
+    )
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]

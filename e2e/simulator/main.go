@@ -2,12 +2,15 @@
 // end-to-end tests: same routes, JSON shapes and SSE framing, but no model.
 // Every output is deterministic so tests can assert exact values, and token
 // timing follows a fixed schedule so load tests can check TTFT/TPOT figures.
+// With --engine it stands in for Hugging Face TGI, TensorRT-LLM's trtllm-serve
+// or SGLang instead (see "Engine modes" below).
 //
 // Usage:
 //
 //	vllm-sim --port P --model NAME --ttft-ms X --itl-ms Y [--max-num-seqs N]
 //	         [--max-model-len L] [--failure-rate PCT] [--seed S]
 //	         [--startup-seconds S] [--fault MODE] [--host 127.0.0.1]
+//	         [--engine vllm|tgi|trtllm|sglang]
 //
 // Behaviour the tests rely on:
 //
@@ -58,6 +61,55 @@
 //	             "code":500}} and, as vLLM does after an error, [DONE]
 //	             (non-streaming: a 500 at that time)
 //	health-fail  /health answers 500 forever
+//
+// Everything above describes --engine vllm (the default), whose behaviour is
+// unchanged by the engine modes.
+//
+// # Engine modes
+//
+// --engine tgi|trtllm|sglang makes the simulator behave as that engine's
+// server does wherever a client or a Kubernetes probe can see it: routes, the
+// health answers while loading, SSE framing, error bodies and /metrics.
+// Output length, prompt-token counting and token timing are the same in every
+// mode, except that trtllm clamps max_tokens to the context as the real server
+// does. The per-engine differences live in one table, engines (engine.go),
+// with the source file that each difference follows named beside it in
+// engine_tgi.go, engine_sglang.go and engine_trtllm.go. In brief:
+//
+//	tgi     text-generation-launcher 3.3.x (router/src/server.rs, lib.rs,
+//	        chat.rs, validation.rs, infer/mod.rs). Not listening until
+//	        --startup-seconds have passed (the router binds only after the
+//	        shards warmed up). Adds /info, /generate, /generate_stream, POST /
+//	        and /ping. Chunks have id "", system_fingerprint and "usage":null;
+//	        every delta carries role "assistant" (no role chunk); the usage
+//	        chunk (choices [], id "") needs stream_options.include_usage true;
+//	        completion streams put usage in their last chunk. Errors are
+//	        {"error","error_type"}; validation is 422, and inside a stream an
+//	        {"error":{"message","http_status_code":422}} event. A chat body
+//	        with both max_tokens and max_completion_tokens is a 422 (serde
+//	        duplicate field). /metrics has tgi_* names.
+//	sglang  sglang.launch_server 0.5.x (srt/entrypoints/http_server.py,
+//	        openai/serving_chat.py, serving_completions.py, protocol.py,
+//	        managers/tokenizer_manager.py, observability/metrics_collector.py).
+//	        Not listening while the weights load; then /health and
+//	        /health_generate answer 503 until an 8-token warmup request has run.
+//	        Adds /health_generate, /ready, /get_model_info, /model_info. A
+//	        stream's 200 leaves with its first chunk; context errors are a
+//	        plain 400. The last token is followed by a finish_reason chunk, the
+//	        usage chunk needs include_usage true. Errors are {"object":"error",
+//	        "message","type","param","code"}. /metrics has sglang:* names.
+//	trtllm  trtllm-serve 1.x, PyTorch backend (tensorrt_llm/serve/
+//	        openai_server.py, openai_protocol.py, postprocess_handlers.py,
+//	        metrics/collector.py). Not listening until loaded. Adds
+//	        /health_generate, /version, /perf_metrics, /prometheus/metrics;
+//	        /metrics is a JSON list of iteration stats, not Prometheus. Request
+//	        bodies with unknown fields, or both max_tokens and
+//	        max_completion_tokens, are a 400 {"error": "<validation errors>"}.
+//	        Chunks omit null fields; the role chunk's line ends in " \n\n"; the
+//	        usage chunk needs stream_options (include_usage defaults to true
+//	        there). A prompt that fills the context is a 400 (a dropped
+//	        connection once streaming), a max_tokens past it is clamped.
+//	        /prometheus/metrics has trtllm_* names.
 package main
 
 import (
@@ -97,7 +149,8 @@ var faults = []string{faultNone, faultRefuse, faultHTTP500, faultStall, faultNoD
 const errorEventAfter = 3
 
 // defaultMaxTokens is vLLM's default for the completions API; chat uses it too
-// so that a request without a limit stays short and predictable.
+// so that a request without a limit stays short and predictable. The other
+// engines use it as well (their own defaults run to the end of the context).
 const defaultMaxTokens = 16
 
 type config struct {
@@ -112,6 +165,7 @@ type config struct {
 	seed        uint64
 	startup     time.Duration
 	fault       string
+	engine      string
 }
 
 func parseFlags(args []string) (config, error) {
@@ -127,8 +181,9 @@ func parseFlags(args []string) (config, error) {
 	fs.IntVar(&c.maxModelLen, "max-model-len", 32768, "context length; longer prompt+max_tokens get vLLM's 400")
 	fs.Float64Var(&c.failureRate, "failure-rate", 0, "percentage of completion requests that fail with 500")
 	fs.Uint64Var(&c.seed, "seed", 1, "seed of the RNG that picks the failing requests")
-	fs.Float64Var(&startupS, "startup-seconds", 0, "seconds during which /health answers 503")
+	fs.Float64Var(&startupS, "startup-seconds", 0, "seconds during which /health answers 503 (other engines: the port stays closed)")
 	fs.StringVar(&c.fault, "fault", faultNone, "fault mode: "+strings.Join(faults, ", "))
+	fs.StringVar(&c.engine, "engine", engineVLLM, "serving engine to imitate: "+strings.Join(engineNames, ", "))
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
@@ -148,6 +203,8 @@ func parseFlags(args []string) (config, error) {
 		return c, errors.New("--max-num-seqs and --max-model-len must be at least 1")
 	case c.failureRate < 0 || c.failureRate > 100:
 		return c, errors.New("--failure-rate is a percentage, 0 to 100")
+	case engines[c.engine] == nil:
+		return c, fmt.Errorf("unknown --engine %q (want one of %s)", c.engine, strings.Join(engineNames, ", "))
 	}
 	for _, f := range faults {
 		if c.fault == f {
@@ -177,11 +234,25 @@ func main() {
 // run serves until ctx is cancelled. Shutdown cancels the in-flight requests
 // rather than draining them, so a stalled or long stream cannot delay exit.
 func run(ctx context.Context, cfg config) error {
+	if cfg.engine == "" {
+		cfg.engine = engineVLLM
+	}
+	eng := engines[cfg.engine]
 	addr := net.JoinHostPort(cfg.host, strconv.Itoa(cfg.port))
 	if cfg.fault == faultRefuse {
 		fmt.Fprintf(os.Stderr, "vllm-sim fault=refuse: not listening on %s model=%s\n", addr, cfg.model)
 		<-ctx.Done()
 		return nil
+	}
+	if eng.bindAfterLoad && cfg.startup > 0 {
+		// These servers open their port only once the model is loaded: until
+		// then a connection is refused, exactly as from a crashed process.
+		fmt.Fprintf(os.Stderr, "vllm-sim engine=%s: loading for %v before binding %s model=%s\n", eng.name, cfg.startup, addr, cfg.model)
+		select {
+		case <-time.After(cfg.startup):
+		case <-ctx.Done():
+			return nil
+		}
 	}
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
@@ -195,7 +266,11 @@ func run(ctx context.Context, cfg config) error {
 	}
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
-	fmt.Fprintf(os.Stderr, "vllm-sim listening on %s model=%s\n", ln.Addr(), cfg.model)
+	if eng == engines[engineVLLM] {
+		fmt.Fprintf(os.Stderr, "vllm-sim listening on %s model=%s\n", ln.Addr(), cfg.model)
+	} else {
+		fmt.Fprintf(os.Stderr, "vllm-sim listening on %s model=%s engine=%s\n", ln.Addr(), cfg.model, eng.name)
+	}
 	select {
 	case err := <-served:
 		return err
@@ -211,9 +286,11 @@ func run(ctx context.Context, cfg config) error {
 
 type server struct {
 	cfg       config
+	eng       *engine
 	started   time.Time
-	ready     time.Time
-	modelJSON string // the model name as a JSON string, spliced into SSE chunks
+	ready     time.Time // before this, vLLM answers 503 (the model is "loading")
+	warm      time.Time // before this, SGLang's health routes answer 503 (warmup request)
+	modelJSON string    // the model name as a JSON string, spliced into SSE chunks
 
 	// slots holds one token per decoding request. Blocked senders on a Go
 	// channel are served in arrival order, which gives vLLM's FIFO waiting
@@ -225,31 +302,77 @@ type server struct {
 
 	nextID atomic.Uint64
 	m      metrics
+	x      engineMetrics
 }
 
+// newServer builds the simulator as it is at now: for vLLM the moment the
+// process started (it then loads for --startup-seconds with its port open);
+// for the engines that bind only after loading, the moment they bound.
 func newServer(cfg config, now time.Time) *server {
+	if cfg.engine == "" {
+		cfg.engine = engineVLLM
+	}
+	eng := engines[cfg.engine]
 	name, _ := json.Marshal(cfg.model)
-	return &server{
+	s := &server{
 		cfg:       cfg,
+		eng:       eng,
 		started:   now,
-		ready:     now.Add(cfg.startup),
+		ready:     now,
+		warm:      now,
 		modelJSON: string(name),
 		slots:     make(chan struct{}, cfg.maxNumSeqs),
 		rng:       rand.New(rand.NewPCG(cfg.seed, cfg.seed)),
 	}
+	if !eng.bindAfterLoad {
+		s.ready = now.Add(cfg.startup)
+	}
+	if eng.warmupTokens > 0 {
+		s.warm = s.deadline(now, eng.warmupTokens-1)
+	}
+	s.x.init(eng, cfg)
+	return s
 }
 
 func (s *server) routes() http.Handler {
 	mux := http.NewServeMux()
+	s.eng.register(s, mux)
+	if s.eng.unrouted == nil {
+		return mux
+	}
+	// The other engines' frameworks answer unknown routes (404) and known
+	// routes with another method (405) in their own way.
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if _, pattern := mux.Handler(r); pattern != "" {
+			mux.ServeHTTP(w, r)
+			return
+		}
+		status := http.StatusNotFound
+		for _, m := range []string{http.MethodGet, http.MethodPost, http.MethodPut, http.MethodDelete} {
+			probe := *r
+			probe.Method = m
+			if _, pattern := mux.Handler(&probe); pattern != "" {
+				status = http.StatusMethodNotAllowed
+				break
+			}
+		}
+		s.eng.unrouted(w, status)
+	})
+}
+
+func registerVLLM(s *server, mux *http.ServeMux) {
 	mux.HandleFunc("GET /health", s.health)
 	mux.HandleFunc("GET /v1/models", s.models)
 	mux.HandleFunc("GET /metrics", s.metrics)
 	mux.HandleFunc("POST /v1/chat/completions", func(w http.ResponseWriter, r *http.Request) { s.complete(w, r, chatAPI) })
 	mux.HandleFunc("POST /v1/completions", func(w http.ResponseWriter, r *http.Request) { s.complete(w, r, completionsAPI) })
-	return mux
 }
 
 func (s *server) loading(now time.Time) bool { return now.Before(s.ready) }
+
+// warming reports whether the engine's own warmup request is still running
+// (SGLang marks itself up only after it).
+func (s *server) warming(now time.Time) bool { return now.Before(s.warm) }
 
 func (s *server) health(w http.ResponseWriter, r *http.Request) {
 	switch {
@@ -298,6 +421,9 @@ type completionRequest struct {
 	StreamOptions       *streamOptions  `json:"stream_options"`
 	MaxTokens           *int            `json:"max_tokens"`
 	MaxCompletionTokens *int            `json:"max_completion_tokens"`
+
+	// details is TGI's parameters.details on /generate and /generate_stream.
+	details bool
 }
 
 type chatMessage struct {
@@ -348,8 +474,13 @@ type job struct {
 	promptTokens int
 	maxTokens    int
 	includeUsage bool
+	stream       bool
+	details      bool // TGI /generate: parameters.details
 	arrival      time.Time
 	admit        time.Time
+
+	modelJSON string // the model name the chunks carry, as a JSON string
+	head      string // engine-made chunk prefix, fixed for the whole stream
 }
 
 // deadline is when token i (0-based) is due: anchored on admission so that
@@ -360,8 +491,9 @@ func (s *server) deadline(admit time.Time, i int) time.Time {
 
 func (s *server) complete(w http.ResponseWriter, r *http.Request, a *api) {
 	arrival := time.Now()
+	eng := s.eng
 	if s.loading(arrival) {
-		writeLoading(w)
+		eng.fail(errLoading, "the model is still loading (--startup-seconds)", "").write(w)
 		return
 	}
 	// Reading the body to EOF (rather than streaming it into a decoder) lets
@@ -369,62 +501,81 @@ func (s *server) complete(w http.ResponseWriter, r *http.Request, a *api) {
 	// cancels r.Context() and frees its slot.
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, 32<<20))
 	if err != nil {
-		writeError(w, http.StatusBadRequest, "BadRequestError", err.Error(), "")
+		eng.fail(errInvalid, err.Error(), "").write(w)
 		return
 	}
-	var req completionRequest
-	if err := json.Unmarshal(body, &req); err != nil {
-		writeError(w, http.StatusBadRequest, "BadRequestError", "invalid JSON body: "+err.Error(), "")
+	req, apiErr := eng.decode(r, body, a)
+	if apiErr != nil {
+		apiErr.write(w)
 		return
 	}
-	if req.Model != "" && req.Model != s.cfg.model {
-		writeError(w, http.StatusNotFound, "NotFoundError", fmt.Sprintf("The model `%s` does not exist.", req.Model), "model")
+	s.x.requests.Add(1)
+	if eng.checkModel && req.Model != "" && req.Model != s.cfg.model {
+		eng.fail(errUnknownModel, fmt.Sprintf("The model `%s` does not exist.", req.Model), "model").write(w)
 		return
 	}
-	j := &job{api: a, created: arrival.Unix(), arrival: arrival}
+	j := &job{api: a, created: arrival.Unix(), arrival: arrival, stream: req.Stream, details: req.details}
 	if a == chatAPI {
 		j.promptTokens, err = chatPromptTokens(req.Messages)
 	} else {
 		j.promptTokens, err = completionPromptTokens(req.Prompt)
 	}
 	if err != nil {
-		writeError(w, http.StatusBadRequest, "BadRequestError", err.Error(), "")
+		eng.fail(errInvalid, err.Error(), "").write(w)
 		return
 	}
 	j.maxTokens = defaultMaxTokens
+	explicit := true
 	if req.MaxCompletionTokens != nil {
 		j.maxTokens = *req.MaxCompletionTokens
 	} else if req.MaxTokens != nil {
 		j.maxTokens = *req.MaxTokens
+	} else {
+		explicit = false
 	}
-	if j.maxTokens < 1 {
-		writeError(w, http.StatusBadRequest, "BadRequestError", fmt.Sprintf("max_tokens must be at least 1, got %d.", j.maxTokens), "max_tokens")
-		return
-	}
-	if total := j.promptTokens + j.maxTokens; total > s.cfg.maxModelLen {
-		writeError(w, http.StatusBadRequest, "BadRequestError", fmt.Sprintf(
-			"This model's maximum context length is %d tokens. However, you requested %d tokens (%d in the messages, %d in the completion). Please reduce the length of the messages or completion.",
-			s.cfg.maxModelLen, total, j.promptTokens, j.maxTokens), "")
+	if v := eng.limit(s, j, explicit); v != nil {
+		s.x.fail("validation")
+		switch {
+		case req.Stream && eng.validationInStream:
+			// TGI validates inside the stream: 200, an error event, [DONE].
+			if out := s.openStream(w, j); out != nil {
+				out.buf = eng.framer(a).inBandError(out.buf, j, v.msg)
+				out.send()
+			}
+		case req.Stream && v.late:
+			// trtllm-serve finds this only once the stream has started: the
+			// exception ends the response without a terminating chunk.
+			s.openStream(w, j)
+			panic(http.ErrAbortHandler)
+		default:
+			eng.fail(errValidation, v.msg, v.param).write(w)
+		}
 		return
 	}
 	if s.cfg.fault == faultHTTP500 || s.failNext() {
-		writeError(w, http.StatusInternalServerError, "InternalServerError", "simulated engine failure", "")
+		s.x.fail("internal")
+		eng.fail(errInternal, "simulated engine failure", "").write(w)
 		return
 	}
 	j.id = fmt.Sprintf("%s%016x%016x", a.idPrefix, uint64(s.started.UnixNano()), s.nextID.Add(1))
 	j.includeUsage = req.StreamOptions != nil && (req.StreamOptions.IncludeUsage == nil || *req.StreamOptions.IncludeUsage)
+	j.modelJSON = s.modelJSON
+	eng.prepare(s, j, &req)
 	s.m.promptTokens.Add(int64(j.promptTokens))
 
 	ctx := r.Context()
 	var out *sse
 	if req.Stream {
-		// vLLM answers a streaming request with 200 and its headers at once,
-		// before the engine schedules it.
-		w.Header().Set("Content-Type", "text/event-stream; charset=utf-8")
-		w.WriteHeader(http.StatusOK)
-		out = &sse{w: w, rc: http.NewResponseController(w), buf: make([]byte, 0, 512)}
-		if out.rc.Flush() != nil {
-			return
+		if eng.headersAtFirstToken {
+			// SGLang runs its stream generator up to the first chunk before
+			// it returns the response, so the 200 leaves with that chunk.
+			out = s.newSSE(w)
+		} else {
+			// vLLM answers a streaming request with 200 and its headers at
+			// once, before the engine schedules it.
+			if out = s.openStream(w, j); out == nil {
+				return
+			}
 		}
 	}
 	var ok bool
@@ -432,11 +583,28 @@ func (s *server) complete(w http.ResponseWriter, r *http.Request, a *api) {
 		return
 	}
 	defer s.release()
+	s.x.observe("queue", j.stream, j.admit.Sub(arrival))
 	if req.Stream {
-		s.stream(ctx, out, j)
+		s.stream(ctx, w, out, j)
 	} else {
 		s.respond(ctx, w, j)
 	}
+}
+
+// newSSE makes the event writer of a stream whose headers are not sent yet.
+func (s *server) newSSE(w http.ResponseWriter) *sse {
+	return &sse{w: w, rc: http.NewResponseController(w), buf: make([]byte, 0, 512)}
+}
+
+// openStream sends a stream's 200 and headers; nil if the client is gone.
+func (s *server) openStream(w http.ResponseWriter, j *job) *sse {
+	out := s.newSSE(w)
+	s.eng.streamHeaders(w.Header(), j)
+	w.WriteHeader(http.StatusOK)
+	if out.rc.Flush() != nil {
+		return nil
+	}
+	return out
 }
 
 // failNext draws from the seeded RNG, so a given --seed fails the same
@@ -492,19 +660,21 @@ func (e *sse) send() error {
 	return e.rc.Flush()
 }
 
-func (e *sse) chunkHead(j *job, modelJSON string) {
-	e.buf = append(e.buf, `data: {"id":"`...)
-	e.buf = append(e.buf, j.id...)
-	e.buf = append(e.buf, `","object":"`...)
-	e.buf = append(e.buf, j.api.chunkObject...)
-	e.buf = append(e.buf, `","created":`...)
-	e.buf = strconv.AppendInt(e.buf, j.created, 10)
-	e.buf = append(e.buf, `,"model":`...)
-	e.buf = append(e.buf, modelJSON...)
-	e.buf = append(e.buf, `,"choices":[`...)
+func appendChunkHead(b []byte, j *job, modelJSON string) []byte {
+	b = append(b, `data: {"id":"`...)
+	b = append(b, j.id...)
+	b = append(b, `","object":"`...)
+	b = append(b, j.api.chunkObject...)
+	b = append(b, `","created":`...)
+	b = strconv.AppendInt(b, j.created, 10)
+	b = append(b, `,"model":`...)
+	b = append(b, modelJSON...)
+	b = append(b, `,"choices":[`...)
+	return b
 }
 
-func (s *server) stream(ctx context.Context, out *sse, j *job) {
+func (s *server) stream(ctx context.Context, w http.ResponseWriter, out *sse, j *job) {
+	f := s.eng.framer(j.api)
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
 	sent := 0
@@ -515,25 +685,26 @@ func (s *server) stream(ctx context.Context, out *sse, j *job) {
 		}
 		if i == 0 {
 			s.m.observeTTFT(time.Since(j.arrival))
-			if j.api.roleChunk != "" {
-				out.chunkHead(j, s.modelJSON)
-				out.buf = append(out.buf, j.api.roleChunk...)
+			s.x.observe("ttft", j.stream, time.Since(j.arrival))
+			if s.eng.headersAtFirstToken {
+				s.eng.streamHeaders(w.Header(), j)
+				w.WriteHeader(http.StatusOK)
 			}
+			out.buf = f.first(out.buf, j)
 		}
 		if s.cfg.fault == faultErrorEvent && i == min(errorEventAfter, j.maxTokens-1) {
-			out.buf = append(out.buf, `data: {"error":{"message":"simulated engine failure mid-stream","type":"InternalServerError","param":null,"code":500}}`+"\n\n"...)
-			out.buf = append(out.buf, "data: [DONE]\n\n"...)
+			s.x.fail("generation")
+			b, ok := f.abort(out.buf, j, sent)
+			out.buf = b
 			out.send()
+			if !ok {
+				// trtllm-serve: the generator raises, and the response ends
+				// without its terminating chunk.
+				panic(http.ErrAbortHandler)
+			}
 			return
 		}
-		out.chunkHead(j, s.modelJSON)
-		out.buf = append(out.buf, j.api.tokenOpen...)
-		out.buf = append(out.buf, token(i)...)
-		if i == j.maxTokens-1 {
-			out.buf = append(out.buf, j.api.lastClose...)
-		} else {
-			out.buf = append(out.buf, j.api.tokenClose...)
-		}
+		out.buf = f.token(out.buf, j, i)
 		if out.send() != nil {
 			return
 		}
@@ -544,20 +715,11 @@ func (s *server) stream(ctx context.Context, out *sse, j *job) {
 		}
 	}
 	s.m.requestsFinished.Add(1)
+	s.x.finish(j)
 	if s.cfg.fault == faultNoDone {
 		return
 	}
-	if j.includeUsage {
-		out.chunkHead(j, s.modelJSON)
-		out.buf = append(out.buf, `],"usage":{"prompt_tokens":`...)
-		out.buf = strconv.AppendInt(out.buf, int64(j.promptTokens), 10)
-		out.buf = append(out.buf, `,"total_tokens":`...)
-		out.buf = strconv.AppendInt(out.buf, int64(j.promptTokens+j.maxTokens), 10)
-		out.buf = append(out.buf, `,"completion_tokens":`...)
-		out.buf = strconv.AppendInt(out.buf, int64(j.maxTokens), 10)
-		out.buf = append(out.buf, "}}\n\n"...)
-	}
-	out.buf = append(out.buf, "data: [DONE]\n\n"...)
+	out.buf = f.trailer(out.buf, j)
 	out.send()
 }
 
@@ -582,9 +744,11 @@ func (s *server) respond(ctx context.Context, w http.ResponseWriter, j *job) {
 		return
 	}
 	s.m.observeTTFT(time.Since(j.arrival))
+	s.x.observe("ttft", j.stream, time.Since(j.arrival))
 	if s.cfg.fault == faultErrorEvent {
 		if sleepUntil(ctx, timer, s.deadline(j.admit, min(errorEventAfter, j.maxTokens-1))) {
-			writeError(w, http.StatusInternalServerError, "InternalServerError", "simulated engine failure mid-generation", "")
+			s.x.fail("generation")
+			s.eng.fail(errMidGeneration, "simulated engine failure mid-generation", "").write(w)
 		}
 		return
 	}
@@ -598,6 +762,12 @@ func (s *server) respond(ctx context.Context, w http.ResponseWriter, j *job) {
 	text := b.String()
 	s.m.generationTokens.Add(int64(j.maxTokens))
 	s.m.requestsFinished.Add(1)
+	s.x.finish(j)
+	s.eng.respond(s, w, j, text)
+}
+
+// respondVLLM writes vLLM's chat.completion or text_completion object.
+func respondVLLM(s *server, w http.ResponseWriter, j *job, text string) {
 	c := choice{FinishReason: "length"}
 	if j.api == chatAPI {
 		c.Message = &chatReply{Role: "assistant", Content: text, ToolCalls: []any{}}
