@@ -150,7 +150,12 @@ def flag_set(version: str) -> FlagSet:
             f"no vLLM flag list for version {version}; known: {', '.join(known_versions())}. "
             f"Generate one with `python scripts/gen_vllm_flags.py {version}`"
         )
-    data = json.loads(files[version])
+    return table_flag_set(json.loads(files[version]), version)
+
+
+def table_flag_set(data: Mapping[str, Any], version: str | None = None) -> FlagSet:
+    """The FlagSet of a format-2 flag table's parsed JSON (this module's tables and orchestrator/engines');
+    ``version`` defaults to the table's own."""
     options: dict[str, Option] = {}
     for raw in data["options"]:
         opt = Option(
@@ -170,7 +175,7 @@ def flag_set(version: str) -> FlagSet:
             const=raw.get("const"),
         )
         options.update(dict.fromkeys(opt.names + opt.negations, opt))
-    return FlagSet(version, frozenset(data["flags"]), frozenset(data["switches"]), options)
+    return FlagSet(version or data["version"], frozenset(data["flags"]), frozenset(data["switches"]), options)
 
 
 def normalize(arg: str) -> str:
