@@ -95,6 +95,7 @@ def config_from_profile(profile: profile_mod.Profile, url: str) -> BenchConfig:
     return BenchConfig(
         url=url,
         model=profile.model.name,
+        engine=profile.engine.kind,
         concurrency=smoke.concurrency,
         requests=smoke.requests,
         input_tokens=smoke.inputTokens,

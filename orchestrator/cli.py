@@ -677,6 +677,14 @@ def audit_export(name: str, namespace: str, out_file: str | None, kubeconfig: st
 @main.command("bench")
 @click.option("--url", required=True, help="Base URL of the OpenAI-compatible server (a trailing /v1 is dropped).")
 @click.option("--model", required=True, help="Served model name, as GET /v1/models lists it.")
+@click.option(
+    "--engine",
+    type=click.Choice(["vllm", "tgi", "trtllm", "sglang"]),
+    default="vllm",
+    show_default=True,
+    help="The server's engine: it decides how a request spells its output limit (TGI refuses both spellings, "
+    "TensorRT-LLM the newer).",
+)
 @click.option("--concurrency", type=click.IntRange(1), default=16, show_default=True)
 @click.option("--requests", "requests_", type=click.IntRange(1), default=64, show_default=True)
 @click.option("--input-tokens", type=click.IntRange(1), default=512, show_default=True)
@@ -705,6 +713,7 @@ def audit_export(name: str, namespace: str, out_file: str | None, kubeconfig: st
 def bench_cmd(
     url: str,
     model: str,
+    engine: str,
     concurrency: int,
     requests_: int,
     input_tokens: int,
@@ -730,6 +739,7 @@ def bench_cmd(
     config = bench.config_for(
         url,
         model=model,
+        engine=engine,
         concurrency=concurrency,
         requests=requests_,
         input_tokens=input_tokens,
@@ -756,23 +766,29 @@ def bench_cmd(
 @main.command()
 @_output_option()
 def version(output_format: str) -> None:
-    """deployctl's version and the vLLM and Kubernetes versions it supports."""
+    """deployctl's version, the engine versions it has flag tables for, and the Kubernetes versions it supports."""
+    from orchestrator import engines, vllm_flags
     from orchestrator import profile as profile_mod
-    from orchestrator import vllm_flags
 
     data = {
         "deployctl": VERSION,
         "default_vllm": profile_mod.DEFAULT_VLLM_VERSION,
         "vllm_flag_sets": vllm_flags.known_versions(),
+        "engines": {
+            kind: {"default": engine.default_version, "flag_sets": engine.versions()}
+            for kind, engine in engines.ENGINES.items()
+        },
         "kubernetes": SUPPORTED_KUBERNETES,
     }
     if output_format != "text":
         click.echo(output.emit(data, output_format))
     else:
-        click.echo(
-            f"deployctl {VERSION}\nvLLM: {data['default_vllm']} (flag sets: {', '.join(data['vllm_flag_sets'])})\n"
-            f"Kubernetes: {SUPPORTED_KUBERNETES}"
-        )
+        lines = [f"deployctl {VERSION}"]
+        for engine in engines.ENGINES.values():
+            sets = ", ".join(engine.versions())
+            lines.append(f"{engine.title}: {engine.default_version} (flag sets: {sets})")
+        lines.append(f"Kubernetes: {SUPPORTED_KUBERNETES}")
+        click.echo("\n".join(lines))
 
 
 @main.command()

@@ -80,6 +80,12 @@ class GateReport:
         deciding = [c.reason for c in self.checks if c.verdict is self.verdict]
         return f"{self.verdict.label}: " + "; ".join(deciding)
 
+    def client_bound(self) -> bool:
+        """Whether the run is inconclusive because the benchmark client could not keep up."""
+        return self.verdict is Verdict.INCONCLUSIVE and any(
+            c.metric == "client_saturated" and c.verdict is Verdict.INCONCLUSIVE for c in self.checks
+        )
+
     def to_json(self) -> dict[str, Any]:
         return {
             "verdict": self.verdict.label,

@@ -1,4 +1,4 @@
-"""The health gate: every new pod answers /health 200 and lists the served model in /v1/models.
+"""The health gate: every new pod answers its engine's health path 200 and lists the served model in /v1/models.
 
 Pods are reached through the URLs the pipeline hands in (port-forwards through the API server,
 or the profile's endpoint); this module only decides, with one deadline for all of them.
@@ -33,9 +33,10 @@ def wait_healthy(
     *,
     timeout: float,
     interval: float = 1.0,
+    path: str = "/health",
     progress: Callable[[str], None] = lambda _msg: None,
 ) -> HealthReport:
-    """Poll each ``name -> base URL`` until all are healthy and serve ``model``, or the deadline passes."""
+    """Poll each ``name -> base URL`` until all answer ``path`` and serve ``model``, or the deadline passes."""
     start = time.monotonic()
     if not targets:
         # all() of nothing is True: an empty list must not pass the gate unchecked.
@@ -45,20 +46,20 @@ def wait_healthy(
         for name, url in targets.items():
             if state[name] == "healthy":
                 continue
-            state[name] = _check_one(url, model)
+            state[name] = _check_one(url, model, path)
         if all(v == "healthy" for v in state.values()):
             return HealthReport(True, state, time.monotonic() - start)
         if time.monotonic() - start >= timeout:
             return HealthReport(False, state, time.monotonic() - start)
         waiting = [n for n, v in state.items() if v != "healthy"]
-        progress(f"waiting for /health on {', '.join(waiting)} ({state[waiting[0]]})")
+        progress(f"waiting for {path} on {', '.join(waiting)} ({state[waiting[0]]})")
         time.sleep(interval)
 
 
-def _check_one(url: str, model: str) -> str:
-    result = http.check_health(url, timeout=5.0)
+def _check_one(url: str, model: str, path: str) -> str:
+    result = http.check_health(url, timeout=5.0, path=path)
     if not result.ok:
-        return f"/health: {result.detail}"
+        return f"{path}: {result.detail}"
     try:
         models = http.served_models(url, timeout=5.0)
     except errors.EndpointError as e:

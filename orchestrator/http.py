@@ -212,13 +212,15 @@ class HealthResult:
     elapsed_s: float
 
 
-def check_health(base_url: str, *, timeout: float = 5.0, transport: httpx.BaseTransport | None = None) -> HealthResult:
-    """Probe ``GET {base_url}/health`` once; never raises for an unhealthy or unreachable server.
+def check_health(
+    base_url: str, *, timeout: float = 5.0, path: str = "/health", transport: httpx.BaseTransport | None = None
+) -> HealthResult:
+    """Probe ``GET {base_url}{path}`` once; never raises for an unhealthy or unreachable server.
 
     The caller polls until its deadline, so "not yet" is data, not an exception. Only a URL that
     can never work raises (:class:`orchestrator.errors.UsageError`).
     """
-    url = check_url(base_url) + "/health"
+    url = check_url(base_url) + path
     started = time.perf_counter()
     try:
         with _sync_client(timeout, transport) as client:

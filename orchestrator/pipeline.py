@@ -20,6 +20,7 @@ from orchestrator import (
     applyset,
     audit,
     conventions,
+    engines,
     errors,
     gate,
     group_rollout,
@@ -236,7 +237,9 @@ def _deploy(
         failure = unexpected(e, timings.current)
     if failure is not None:
         return _fail(kube, draft, description, live, failure, judged, options, report, timings)
-    warnings = startup_log.warnings(draft.plan or {}, judged.observed, spec.max_num_seqs)
+    warnings = startup_log.warnings(
+        draft.plan or {}, judged.observed, spec.max_num_seqs, engines.get(spec.engine).title
+    )
     if judged.smoke is not None and judged.smoke.verdict == gate.Verdict.INCONCLUSIVE:
         # Inconclusive is no evidence against the revision, so it is kept, not rolled back, and
         # the reason is said so that a person decides (e.g. rerun `deployctl gate` off-peak).

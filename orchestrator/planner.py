@@ -1,4 +1,9 @@
-"""The VRAM planner: vLLM's start-up memory accounting for a profile, worked out before any GPU is touched.
+"""The VRAM planner: an engine's start-up memory accounting for a profile, worked out before any GPU is touched.
+
+The weights, KV bytes per token, activation peak and non-torch memory are modelled once, here; each
+engine then applies its own rule for what becomes KV cache (``orchestrator.engines``: TGI's
+cuda-memory-fraction after a warm-up prefill, TensorRT-LLM's fraction of the memory free after
+warm-up, SGLang's static fraction). The model was fitted on vLLM, whose rule follows.
 
 vLLM (V1 engine, ``vllm/v1/worker/gpu_worker.py`` ``determine_available_memory``) sizes its KV cache as
 
@@ -29,7 +34,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from orchestrator import catalog, errors, layout, vllm_flags
+from orchestrator import catalog, engines, errors, layout, vllm_flags
 from orchestrator import profile as profile_schema
 
 # Findings are the layout module's type: it sits below the planner and must not import it. These
@@ -40,7 +45,6 @@ Verdict = Literal["fits", "does-not-fit", "invalid"]
 SEVERITY_ORDER: dict[str, int] = {"info": 0, "warning": 1, "error": 2, "invalid": 3}
 
 GIB = 1 << 30
-BLOCK_SIZE = 16  # vLLM's default KV block size for CUDA attention backends
 VOCAB_PADDING = 64  # VocabParallelEmbedding pads the vocabulary to a multiple of 64 before sharding
 
 # vLLM's profile run ends with a dummy sampler pass over max_num_seqs rows of full-vocabulary float32
@@ -93,13 +97,13 @@ class MemorySplit:
     """Where one GPU's memory goes, in GiB (the heaviest GPU when pipeline stages differ)."""
 
     total_gib: float
-    budget_gib: float  # total × gpu_memory_utilization: what vLLM may use
+    budget_gib: float  # what the engine's memory knob lets it use (vLLM: total × gpu_memory_utilization)
     weights_gib: float
     activation_peak_gib: float
     non_torch_gib: float
-    cuda_graphs_gib: float  # reserved inside the budget (vLLM ≥ 0.21), else 0
+    cuda_graphs_gib: float  # taken off the KV cache by the engine's rule (vLLM ≥ 0.21, TensorRT-LLM), else 0
     kv_cache_gib: float  # what vLLM logs as "Available KV cache memory" (negative: does not fit)
-    headroom_gib: float  # total − budget: left to other processes (and to CUDA graphs before 0.21)
+    headroom_gib: float  # total − budget: left to other processes (and the engine's graphs where not counted)
 
     def to_json(self) -> dict[str, float]:
         return {k: round(v, 3) for k, v in self.__dict__.items()}
@@ -181,10 +185,14 @@ def calibrate(recorded_plan: Mapping[str, Any], observed_kv_tokens: int, source:
 def same_setup(recorded_plan: Mapping[str, Any], profile: profile_schema.Profile) -> bool:
     """Whether a recorded plan is for the same model, GPU, vLLM version and split (TP and PP) as
     ``profile`` (a calibration only carries over between those: the split decides the per-GPU share)."""
-    inputs = recorded_plan.get("inputs") or {}
+    inputs = dict(recorded_plan.get("inputs") or {})
+    # Plans recorded before deployctl served other engines name only the vLLM version.
+    inputs.setdefault("engine", "vllm")
+    inputs.setdefault("engine_version", inputs.get("vllm_version"))
+    inputs.setdefault("pipeline_parallel_size", 1)
     current = plan(profile).inputs
-    keys = ("model", "gpu", "vllm_version", "tensor_parallel_size", "pipeline_parallel_size")
-    return all(inputs.get(k, 1 if k == "pipeline_parallel_size" else None) == current.get(k) for k in keys)
+    keys = ("model", "gpu", "engine", "engine_version", "tensor_parallel_size", "pipeline_parallel_size")
+    return all(inputs.get(k) == current.get(k) for k in keys)
 
 
 def plan(profile: profile_schema.Profile, calibration: Calibration | None = None) -> Plan:
@@ -201,22 +209,34 @@ def plan(profile: profile_schema.Profile, calibration: Calibration | None = None
         arch, eng.tensorParallelSize, eng.pipelineParallelSize, _WEIGHT_BYTES[weights_dtype], kv_dtype_bytes
     )
     batched_tokens = _batched_tokens(profile, gpu, total_gib)
-    eager = vllm_flags.has_flag(eng.extraArgs, "--enforce-eager")
-    graphs_reserved = _version(eng.vllmVersion) >= CUDA_GRAPHS_RESERVED_SINCE and not eager
+    serving = eng.engine
+    graphs_reserved = _cuda_graphs_reserved(profile)
 
-    budget = total_gib * eng.gpuMemoryUtilization
     weights = _weights_bytes_per_gpu(split) / GIB
     activation = _activation_bytes(split, batched_tokens, eng.maxNumSeqs) / GIB
     non_torch = NON_TORCH_GIB_SINGLE if split.tp == 1 else NON_TORCH_GIB_TENSOR_PARALLEL
     graphs = CUDA_GRAPH_GIB_BASE + CUDA_GRAPH_GIB_PER_LAYER * split.layers_per_gpu if graphs_reserved else 0.0
-    available = budget - weights - activation - non_torch - graphs - (calibration.overhead_gib if calibration else 0.0)
+    memory_inputs = engines.MemoryInputs(
+        total=total_gib,
+        fraction=eng.gpuMemoryUtilization,
+        weights=weights,
+        activation=activation,
+        non_torch=non_torch,
+        cuda_graphs=graphs,
+    )
+    # Each engine turns the same model of the GPU into its KV cache by its own rule (engines.*.kv_budget).
+    memory = serving.kv_budget(memory_inputs)
+    budget = memory.budget
+    available = memory.kv - (calibration.overhead_gib if calibration else 0.0)
 
     kv_per_token = split.kv_bytes_per_token()
-    blocks = max(0, math.floor(available * GIB / (kv_per_token * BLOCK_SIZE)))
-    blocks_per_seq = math.ceil(eng.maxModelLen / BLOCK_SIZE)
+    block_size = serving.block_size
+    blocks = max(0, math.floor(available * GIB / (kv_per_token * block_size)))
+    blocks_per_seq = math.ceil(eng.maxModelLen / block_size)
     concurrency = blocks / blocks_per_seq
-    # vLLM keeps one block back as the null block; a request must fit in the rest.
-    usable_tokens = max(0, blocks - 1) * BLOCK_SIZE
+    # vLLM keeps one block back as the null block (the other engines near enough too); a request
+    # must fit in the rest.
+    usable_tokens = max(0, blocks - 1) * block_size
     weights_fit = weights <= budget
 
     ctx = _Context(
@@ -233,6 +253,9 @@ def plan(profile: profile_schema.Profile, calibration: Calibration | None = None
         weights=weights,
         weights_fit=weights_fit,
         concurrency=concurrency,
+        engine=serving,
+        block_size=block_size,
+        memory_warnings=serving.memory_warnings(memory_inputs, memory),
     )
     findings = tuple(sorted(_findings(ctx), key=lambda f: -SEVERITY_ORDER[f.severity]))
 
@@ -252,7 +275,7 @@ def plan(profile: profile_schema.Profile, calibration: Calibration | None = None
             weights_gib=weights,
             activation_peak_gib=activation,
             non_torch_gib=non_torch,
-            cuda_graphs_gib=graphs,
+            cuda_graphs_gib=memory.cuda_graphs,
             kv_cache_gib=available,
             headroom_gib=total_gib - budget,
         ),
@@ -286,9 +309,12 @@ def plan(profile: profile_schema.Profile, calibration: Calibration | None = None
             "max_num_seqs": eng.maxNumSeqs,
             "max_num_batched_tokens": batched_tokens,
             "gpu_memory_utilization": eng.gpuMemoryUtilization,
-            "vllm_version": eng.vllmVersion,
-            "cuda_graphs_reserved": graphs_reserved,
-            "block_size": BLOCK_SIZE,
+            "engine": eng.kind,
+            "engine_version": eng.engine_version,
+            "memory_flag": serving.memory_flag,
+            "memory_rule": memory.formula,
+            "cuda_graphs_reserved": memory.cuda_graphs > 0,
+            "block_size": block_size,
             "calibration": calibration.to_json() if calibration else None,
         },
         findings=findings,
@@ -308,7 +334,9 @@ def check(
     result = plan(profile, calibration)
     if result.verdict == "invalid":
         raise errors.InvalidProfile(
-            _problems(profile, result, "invalid", "the profile asks for something vLLM would refuse")
+            _problems(
+                profile, result, "invalid", f"the profile asks for something {profile.engine.engine.title} would refuse"
+            )
         )
     if result.verdict == "does-not-fit" and not allow_unfit:
         raise errors.DoesNotFit(_problems(profile, result, "error", "the profile does not fit its GPUs"))
@@ -350,6 +378,9 @@ def _batched_tokens(profile: profile_schema.Profile, gpu: catalog.Gpu | None, to
     eng = profile.engine
     if eng.maxNumBatchedTokens is not None:
         return eng.maxNumBatchedTokens
+    engine_default = eng.engine.default_batched_tokens(total_gib, eng.maxModelLen)
+    if engine_default is not None:
+        return engine_default
     is_a100 = gpu is not None and gpu.key.startswith("A100")
     if total_gib >= 160:
         default = DEFAULT_BATCHED_TOKENS_LARGE
@@ -359,6 +390,17 @@ def _batched_tokens(profile: profile_schema.Profile, gpu: catalog.Gpu | None, to
         default = DEFAULT_BATCHED_TOKENS_OTHER
     # Chunked prefill is on by default, so the default is not raised to max_model_len, only capped.
     return min(default, eng.maxNumSeqs * eng.maxModelLen)
+
+
+def _cuda_graphs_reserved(profile: profile_schema.Profile) -> bool:
+    """Whether CUDA-graph memory is part of the engine's accounting: for vLLM since 0.21
+    (VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS), unless --enforce-eager turns the graphs off. The other
+    engines always capture graphs; each engine's rule says whether they come off the KV cache."""
+    eng = profile.engine
+    if eng.kind != "vllm":
+        return True
+    eager = vllm_flags.has_flag(eng.extraArgs, "--enforce-eager")
+    return _version(eng.engine_version) >= CUDA_GRAPHS_RESERVED_SINCE and not eager
 
 
 def _version(text: str) -> tuple[int, ...]:
@@ -447,6 +489,9 @@ class _Context:
     weights_fit: bool
     concurrency: float
     batched_tokens: int
+    engine: engines.Engine
+    block_size: int
+    memory_warnings: list[str]
 
 
 def _findings(c: _Context) -> list[Finding]:
@@ -456,6 +501,15 @@ def _findings(c: _Context) -> list[Finding]:
     out += _context_length_findings(c)
     out += _memory_findings(c)
     out += _hardware_findings(c)
+    out += _engine_findings(c)
+    return out
+
+
+def _engine_findings(c: _Context) -> list[Finding]:
+    """Fields the profile's engine cannot honour: refused, never silently dropped."""
+    refusals = c.profile.engine.engine.refusals(c.profile.server_settings())
+    out = [Finding("engine-unsupported", "invalid", r.message, r.field) for r in refusals]
+    out += [Finding("engine-memory", "warning", m, "engine.gpuMemoryUtilization") for m in c.memory_warnings]
     return out
 
 
@@ -491,11 +545,16 @@ def _context_length_findings(c: _Context) -> list[Finding]:
     eng, a = c.profile.engine, c.arch
     if eng.maxModelLen <= a.max_model_len:
         return []
+    # Each engine refuses it its own way (vLLM and SGLang with an override variable, TGI and
+    # TensorRT-LLM by capping it); positions beyond the model's are garbage on any of them.
+    refusal = {
+        "vllm": "vLLM refuses to start unless VLLM_ALLOW_LONG_MAX_MODEL_LEN=1",
+        "sglang": "SGLang refuses to start unless SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1",
+    }.get(eng.kind, f"{c.engine.title} would cut it to the model's")
     msg = (
         f"maxModelLen {eng.maxModelLen} is longer than {a.source} supports ({a.max_model_len} tokens: "
-        "max_position_embeddings, with rope scaling if the config has it); vLLM refuses to start unless "
-        "VLLM_ALLOW_LONG_MAX_MODEL_LEN=1, and positions beyond it produce garbage. "
-        f"Use maxModelLen ≤ {a.max_model_len}."
+        f"max_position_embeddings, with rope scaling if the config has it); {refusal}, and positions beyond it "
+        f"produce garbage. Use maxModelLen ≤ {a.max_model_len}."
     )
     return [Finding("max-model-len-above-model", "invalid", msg, "engine.maxModelLen")]
 
@@ -543,7 +602,7 @@ def _weights_do_not_fit(c: _Context) -> Finding:
     return Finding(
         "weights-do-not-fit",
         "error",
-        f"the weights alone need {c.weights:.1f} GiB per GPU but vLLM may use {c.budget:.1f} GiB "
+        f"the weights alone need {c.weights:.1f} GiB per GPU but {c.engine.title} may use {c.budget:.1f} GiB "
         f"({c.total_gib:.2f} GiB × gpuMemoryUtilization {eng.gpuMemoryUtilization}); {fix}, quantized "
         "weights (fp8 halves them), or GPUs with more memory.",
         "engine.tensorParallelSize",
@@ -552,17 +611,17 @@ def _weights_do_not_fit(c: _Context) -> Finding:
 
 def _tokens_at(c: _Context, kv_bytes: int) -> int:
     per_token = c.kv_per_token * kv_bytes // c.split.kv_bytes
-    blocks = max(0, math.floor(c.available * GIB / (per_token * BLOCK_SIZE)))
-    return max(0, blocks - 1) * BLOCK_SIZE
+    blocks = max(0, math.floor(c.available * GIB / (per_token * c.block_size)))
+    return max(0, blocks - 1) * c.block_size
 
 
 def _kv_too_small(c: _Context) -> Finding:
     eng = c.profile.engine
-    fixes = [f"maxModelLen ≤ {c.usable_tokens}" if c.usable_tokens >= BLOCK_SIZE else None]
+    fixes = [f"maxModelLen ≤ {c.usable_tokens}" if c.usable_tokens >= c.block_size else None]
     if c.split.kv_bytes == 2 and _tokens_at(c, 1) >= eng.maxModelLen:
         fixes.append("kvCacheDtype fp8 (halves KV memory per token)")
     # The utilization at which one full sequence (plus vLLM's null block) would fit.
-    needed_gib = (eng.maxModelLen + BLOCK_SIZE) * c.kv_per_token / GIB - c.available
+    needed_gib = (eng.maxModelLen + c.block_size) * c.kv_per_token / GIB - c.available
     utilization = math.ceil((c.budget + needed_gib) / c.total_gib * 100) / 100
     if utilization <= 0.98:
         fixes.append(f"gpuMemoryUtilization {utilization:.2f}")
@@ -577,7 +636,7 @@ def _kv_too_small(c: _Context) -> Finding:
         "kv-too-small",
         "error",
         f"{room}, but one maxModelLen sequence needs {eng.maxModelLen} tokens "
-        f"({_gib(eng.maxModelLen * c.kv_per_token)} GiB per GPU): vLLM refuses to start. Fix: "
+        f"({_gib(eng.maxModelLen * c.kv_per_token)} GiB per GPU): {c.engine.title} refuses to start. Fix: "
         + layout.join_words([f for f in fixes if f], "or")
         + ".",
         "engine.maxModelLen",
@@ -589,14 +648,14 @@ def _seqs_above_kv(c: _Context) -> Finding:
     alternatives = []
     if c.split.kv_bytes == 2:
         alternatives.append(f"fp8 KV cache holds {_tokens_at(c, 1) / eng.maxModelLen:.1f}")
-    half = max(BLOCK_SIZE, eng.maxModelLen // 2)
+    half = max(c.block_size, eng.maxModelLen // 2)
     alternatives.append(f"at maxModelLen {half} it holds {c.usable_tokens / half:.1f}")
     return Finding(
         "max-num-seqs-above-kv",
         "warning",
         f"the KV cache holds {c.concurrency:.1f} sequences of the full {eng.maxModelLen} tokens "
         f"({c.usable_tokens} tokens at {c.kv_per_token / layout.KIB:g} KiB per token per GPU) but maxNumSeqs is "
-        f"{eng.maxNumSeqs}: when many requests run long, vLLM preempts and recomputes them. "
+        f"{eng.maxNumSeqs}: when many requests run long, {c.engine.title} preempts and recomputes them. "
         + "; ".join(alternatives)
         + f". Fine if most requests are short; else lower maxNumSeqs to "
         f"{max(1, math.floor(c.concurrency))}.",
@@ -609,14 +668,23 @@ def _hardware_findings(c: _Context) -> list[Finding]:
     eng, hw = c.profile.engine, c.profile.hardware
     gpu_name = hw.gpu or f"this GPU ({hw.memoryGiB} GiB; hardware.fp8 unset, so assumed without fp8)"
     if eng.kvCacheDtype != "auto" and not c.native_fp8:
-        # Read from vLLM 0.33.0: FlashAttention takes fp8 KV only with FA3 on sm90 or FA4 on sm100
-        # (fa_utils.flash_attn_supports_kv_cache_dtype); FlashInfer and Triton attention accept it on sm80.
+        if eng.kind == "vllm":
+            # Read from vLLM 0.33.0: FlashAttention takes fp8 KV only with FA3 on sm90 or FA4 on sm100
+            # (fa_utils.flash_attn_supports_kv_cache_dtype); FlashInfer and Triton attention accept it on sm80.
+            how = (
+                "vLLM 0.33 still runs it, but FlashAttention reads fp8 KV only on Hopper/Blackwell, so vLLM falls "
+                "back to the FlashInfer or Triton attention backend, which store K/V as fp8 and convert them to "
+                "16-bit inside the kernel"
+            )
+        else:
+            how = (
+                f"{c.engine.title} stores K/V as fp8 and converts them to 16-bit inside its attention kernels "
+                "(FlashInfer on Ampere)"
+            )
         msg = (
-            f"kvCacheDtype {eng.kvCacheDtype} on {gpu_name}, which has no native fp8: vLLM 0.33 still "
-            "runs it, but FlashAttention reads fp8 KV only on Hopper/Blackwell, so vLLM falls back to the "
-            "FlashInfer or Triton attention backend, which store K/V as fp8 and convert them to 16-bit "
-            "inside the kernel. You get the halved KV memory, not faster attention. Without calibrated "
-            "scales K/V are stored with scale 1.0: check output quality."
+            f"kvCacheDtype {eng.kvCacheDtype} on {gpu_name}, which has no native fp8: {how}. You get the halved "
+            "KV memory, not faster attention. Without calibrated scales K/V are stored with scale 1.0: check "
+            "output quality."
         )
         out.append(Finding("fp8-kv-without-native-fp8", "warning", msg, "engine.kvCacheDtype"))
     if c.profile.model.weightsDtype == "fp8" and not c.native_fp8:

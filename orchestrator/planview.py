@@ -15,11 +15,12 @@ def render_table(profile: Profile, plan: Plan, *, color: bool) -> str:
     verdict = "FITS" if plan.fits else "DOES NOT FIT"
     head = (
         f"{profile.metadata.name}: {i['model']} on {i['gpus_per_replica']}× {i.get('gpu') or 'GPU'} "
-        f"(TP={i['tensor_parallel_size']}, PP={i['pipeline_parallel_size']}), vLLM {i['vllm_version']}"
+        f"(TP={i['tensor_parallel_size']}, PP={i['pipeline_parallel_size']}), "
+        f"{profile.engine.engine.title} {i['engine_version']}"
     )
     rows = [
         ["GPU memory (as CUDA reports it)", f"{m.total_gib:.2f} GiB"],
-        [f"budget (× gpuMemoryUtilization {i['gpu_memory_utilization']})", f"{m.budget_gib:.2f} GiB"],
+        [f"budget ({i['memory_flag']} {i['gpu_memory_utilization']})", f"{m.budget_gib:.2f} GiB"],
         ["  weights", f"{m.weights_gib:.2f} GiB"],
         [
             f"  activation peak ({i['max_num_batched_tokens']} batched tokens)",
@@ -46,7 +47,16 @@ def render_table(profile: Profile, plan: Plan, *, color: bool) -> str:
         ("KV cache", max(m.kv_cache_gib, 0.0)),
         ("headroom", max(m.headroom_gib, 0.0)),
     ]
-    lines = [head, layout.line(i), "", output.table(["PER GPU", "VALUE"], rows), "", output.bar(parts, m.total_gib)]
+    rule = f"KV cache: {i['memory_rule']}"
+    lines = [
+        head,
+        layout.line(i),
+        rule,
+        "",
+        output.table(["PER GPU", "VALUE"], rows),
+        "",
+        output.bar(parts, m.total_gib),
+    ]
     painted = verdict
     if color:
         painted = f"\033[{'32' if plan.fits else '31'}m{verdict}\033[0m"

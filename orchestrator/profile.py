@@ -17,7 +17,7 @@ from typing import Annotated, Any, Literal
 import pydantic
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 
-from orchestrator import catalog, errors, slo, strictyaml, vllm_flags
+from orchestrator import catalog, engines, errors, slo, strictyaml, vllm_flags
 
 API_VERSION = "deployctl/v1"
 KIND = "InferenceProfile"
@@ -32,7 +32,7 @@ _TOOL_LABEL_PREFIXES = (
     "argocd.argoproj.io/",
     *("app.kubernetes.io/", "deployctl.dev/"),
 )
-DEFAULT_VLLM_VERSION = "0.33.0"
+DEFAULT_VLLM_VERSION = engines.VLLM.default_version
 NVLINK_LABEL_KEY = "deployctl.dev/nvlink"
 
 _DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
@@ -190,8 +190,14 @@ class ModelSpec(_Model):
 
 
 class EngineSpec(_Model):
+    kind: Literal["vllm", "tgi", "trtllm", "sglang"] = Field(
+        default="vllm",
+        description="The serving engine: `vllm` (vLLM), `tgi` (Hugging Face Text Generation Inference), "
+        "`trtllm` (TensorRT-LLM's `trtllm-serve`, PyTorch backend) or `sglang` (SGLang). Every field below "
+        "becomes that engine's own flag (docs/engines.md); one it cannot honour is refused by name.",
+    )
     image: str = Field(
-        description="vLLM OpenAI-server image from your own registry, pinned by digest "
+        description="The engine's OpenAI-compatible server image from your own registry, pinned by digest "
         "(`…@sha256:<64 hex>`) so every replica and every rollback runs the same bytes.",
         examples=["registry.internal/vllm/vllm-openai@sha256:" + "0" * 64],
     )
@@ -201,7 +207,14 @@ class EngineSpec(_Model):
     )
     vllmVersion: str = Field(
         default=DEFAULT_VLLM_VERSION,
-        description="vLLM version inside the image; selects the flag set `extraArgs` is checked against.",
+        description="vLLM version inside the image (kind vllm); selects the flag set `extraArgs` is checked "
+        "against. `version` says the same for any engine.",
+    )
+    version: str | None = Field(
+        default=None,
+        description="The engine's version inside the image; selects the flag set `extraArgs` is checked against. "
+        "Unset: `vllmVersion` for vLLM, else the newest version deployctl has a flag table for.",
+        examples=["0.5.6"],
     )
     tensorParallelSize: int = Field(
         default=1,
@@ -281,23 +294,47 @@ class EngineSpec(_Model):
     def _known_flags(cls, v: list[str], info: pydantic.ValidationInfo) -> list[str]:
         if not v:
             return v
-        secret = next((a for a in v if vllm_flags.normalize(a) == "--api-key"), None)
+        secret = next((a for a in v if vllm_flags.normalize(a) == "--api-key"), None)  # also --api_key
         if secret is not None:
             raise ValueError(
                 "--api-key in extraArgs would put a secret into the profile and the release records; "
                 "authenticate in front of the Service instead (docs/airgap.md); the gate's port-forward reaches the "
                 "pods behind it"
             )
-        version = info.data.get("vllmVersion", DEFAULT_VLLM_VERSION)
-        if version not in vllm_flags.known_versions():
+        if "kind" not in info.data:
+            return v  # the kind is invalid, and says so itself
+        engine = engines.get(info.data["kind"])
+        version = _engine_version(engine, info.data.get("version"), info.data.get("vllmVersion"))
+        known = engine.versions()
+        if version not in known:
+            generator = "gen_vllm_flags.py" if engine.kind == "vllm" else f"gen_engine_flags.py {engine.kind}"
             raise ValueError(
-                f"cannot check extraArgs: deployctl has no flag list for vLLM {version} (known: "
-                f"{', '.join(vllm_flags.known_versions())}); generate one with scripts/gen_vllm_flags.py {version}"
+                f"cannot check extraArgs: deployctl has no flag list for {engine.title} {version} (known: "
+                f"{', '.join(known)}); generate one with scripts/{generator} {version}"
             )
-        problems = vllm_flags.check(v, version)
+        problems = engine.check_extra_args(v, version)
         if problems:
             raise ValueError("; ".join(f"[{p.index}] {p.arg!r}: {p.message}" for p in problems))
         return v
+
+    @pydantic.model_validator(mode="after")
+    def _version_of_this_engine(self) -> EngineSpec:
+        if self.kind != "vllm" and "vllmVersion" in self.model_fields_set:
+            raise ValueError(f"vllmVersion is vLLM's; for kind {self.kind} write engine.version")
+        both = self.version is not None and "vllmVersion" in self.model_fields_set
+        if self.kind == "vllm" and both and self.version != self.vllmVersion:
+            raise ValueError(f"version {self.version} and vllmVersion {self.vllmVersion} disagree; write one of them")
+        return self
+
+    @property
+    def engine(self) -> engines.Engine:
+        """The serving engine this section configures."""
+        return engines.get(self.kind)
+
+    @property
+    def engine_version(self) -> str:
+        """The engine's version in the image: `version`, else vllmVersion (vLLM), else the newest table's."""
+        return _engine_version(self.engine, self.version, self.vllmVersion)
 
     @pydantic.model_validator(mode="after")
     def _pinned_image(self) -> EngineSpec:
@@ -307,6 +344,14 @@ class EngineSpec(_Model):
                 "(e.g. from `crane digest` or your registry), or set engine.allowUnpinnedImage: true for development"
             )
         return self
+
+
+def _engine_version(engine: engines.Engine, version: str | None, vllm_version: str | None) -> str:
+    if version is not None:
+        return version
+    if engine.kind == "vllm":
+        return vllm_version or DEFAULT_VLLM_VERSION
+    return engine.default_version
 
 
 class HardwareSpec(_Model):
@@ -609,6 +654,27 @@ class Profile(_Model):
         if self.placement.requireNvlink is not None:
             return self.placement.requireNvlink
         return self.engine.tensorParallelSize > 2
+
+    def server_settings(self) -> engines.ServerSettings:
+        """The serving fields, as every engine maps them to its own flags."""
+        engine = self.engine
+        source = self.model.source
+        return engines.ServerSettings(
+            model_path=source.path if isinstance(source, PvcSource) else source.mountPath,
+            served_name=self.model.name,
+            port=engine.port,
+            tensor_parallel=engine.tensorParallelSize,
+            pipeline_parallel=engine.pipelineParallelSize,
+            max_model_len=engine.maxModelLen,
+            max_num_seqs=engine.maxNumSeqs,
+            max_batched_tokens=engine.maxNumBatchedTokens,
+            kv_cache_dtype=engine.kvCacheDtype,
+            memory_fraction=engine.gpuMemoryUtilization,
+            prefix_caching=engine.enablePrefixCaching,
+            offline=self.airgap.offline,
+            multi_node=self.multi_node,
+            extra_args=tuple(engine.extraArgs),
+        )
 
     def spec_hash(self) -> str:
         """SHA-256 of the canonical profile content; stamped on rendered objects to tie them to a profile."""

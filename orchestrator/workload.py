@@ -13,8 +13,11 @@ import json
 import math
 import os
 import random
+from typing import Literal
 
 import pydantic
+
+from orchestrator import engines
 
 # Measured on a 2-core machine (bench/bench_smoke.py, docs/benchmark.md): one client process keeps
 # TTFT and TPOT within 5 %, unflagged, up to ~192 streams at 20 ms per token; 128 leaves a margin.
@@ -48,6 +51,9 @@ class BenchConfig(pydantic.BaseModel):
 
     url: str = pydantic.Field(description="Base URL of the OpenAI-compatible server, e.g. http://infer:8000.")
     model: str = pydantic.Field(min_length=1, description="Model name as /v1/models lists it.")
+    engine: Literal["vllm", "tgi", "trtllm", "sglang"] = pydantic.Field(
+        default="vllm", description="The server's engine: it decides the request's spelling of max_tokens."
+    )
     concurrency: int = pydantic.Field(
         default=64, ge=1, description="Streams kept in flight (closed loop), or the cap with request_rate."
     )
@@ -143,9 +149,9 @@ def request_body(config: BenchConfig, prompt: str) -> bytes:
         {
             "model": config.model,
             "messages": [{"role": "user", "content": prompt}],
-            # Both names: older servers read max_tokens, newer OpenAI-style ones max_completion_tokens.
-            "max_tokens": config.output_tokens,
-            "max_completion_tokens": config.output_tokens,
+            # The engine's names for the output limit: older servers read max_tokens, newer ones
+            # max_completion_tokens, and TGI takes either but refuses both (a duplicate field).
+            **dict.fromkeys(engines.get(config.engine).output_limit_fields, config.output_tokens),
             "ignore_eos": True,
             "temperature": 0,
             "stream": True,

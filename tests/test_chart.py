@@ -119,7 +119,7 @@ def test_chart_app_version_is_the_default_vllm_version() -> None:
     chart = yaml.safe_load((CHART / "Chart.yaml").read_text(encoding="utf-8"))
     values = yaml.safe_load((CHART / "values.yaml").read_text(encoding="utf-8"))
     assert chart["name"] == render.CHART_NAME
-    assert chart["appVersion"] == values["vllmVersion"] == profile.DEFAULT_VLLM_VERSION
+    assert chart["appVersion"] == values["engine"]["version"] == profile.DEFAULT_VLLM_VERSION
 
 
 @pytest.mark.parametrize("path", PROFILES, ids=lambda p: p.stem)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pathlib
 from typing import Any
 
 import pytest
@@ -277,3 +278,35 @@ def test_table_lists_rows_and_explains_what_did_not_pass() -> None:
     assert any(line.startswith("p95_ttft_ms") and line.endswith("FAIL") and "+77.8" in line for line in lines)
     assert "p95_ttft_ms: p95_ttft_ms = 1600, misses <=1500" in table
     assert lines[-1].startswith("verdict: fail:")
+
+
+# --------------------------------------------------------------------------- retries in the pipeline
+
+
+def test_a_client_bound_run_is_measured_once_more_and_a_clean_second_run_decides(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from orchestrator import profile, verify
+
+    prof = profile.load(pathlib.Path(__file__).resolve().parent.parent / "profiles" / "dev-tp2.yaml")
+    runs = iter([report(client=saturated()), report()])
+    monkeypatch.setattr(bench, "run", lambda _config: next(runs))
+    said: list[str] = []
+    verdict = verify.run_smoke(prof, "http://infer:8000", None, lambda _phase, message: said.append(message))
+    assert verdict.verdict is gate.Verdict.PASS
+    assert sum("attempt" in m for m in said) == 2 and any("measuring once more" in m for m in said)
+
+
+def test_a_client_bound_run_twice_stays_inconclusive_after_one_retry(monkeypatch: pytest.MonkeyPatch) -> None:
+    from orchestrator import profile, verify
+
+    prof = profile.load(pathlib.Path(__file__).resolve().parent.parent / "profiles" / "dev-tp2.yaml")
+    calls: list[int] = []
+
+    def saturated_run(_config: Any) -> bench.BenchReport:
+        calls.append(1)
+        return report(client=saturated())
+
+    monkeypatch.setattr(bench, "run", saturated_run)
+    verdict = verify.run_smoke(prof, "http://infer:8000", None, lambda _phase, _message: None)
+    assert verdict.client_bound() and len(calls) == 1 + verify.GATE_CLIENT_BOUND_RETRIES

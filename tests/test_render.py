@@ -17,7 +17,8 @@ import jinja2
 import pytest
 import yaml
 
-from orchestrator import planner, profile, render, vllm_flags
+from orchestrator import engines, planner, profile, render, vllm_flags
+from orchestrator.engines import flags as engine_flags
 
 
 def _rendered(prof: profile.Profile, strategy: dict[str, Any] | None = None) -> list[dict[str, Any]]:
@@ -130,7 +131,8 @@ def test_every_example_profile_is_air_gapped(path: pathlib.Path) -> None:
     prof = _load(path)
     objects = _rendered(prof)
     env = _env(objects)
-    assert {name: env.get(name) for name in render.OFFLINE_ENV} == dict.fromkeys(render.OFFLINE_ENV, "1")
+    offline = prof.engine.engine.offline_env
+    assert {name: env.get(name) for name in offline} == dict.fromkeys(offline, "1")
     assert DIGEST.search(_container(objects)["image"]), "images are pinned by digest"
     policy = _by_kind(objects)["NetworkPolicy"]["spec"]
     assert policy["policyTypes"] == ["Ingress", "Egress"]
@@ -199,16 +201,20 @@ def test_defaults_leave_out_flags_vllm_already_defaults() -> None:
 
 
 @pytest.mark.parametrize("path", [*EXAMPLES, EVERY_OPTION], ids=lambda p: p.stem)
-def test_every_rendered_flag_exists_in_that_vllm_version_and_is_reserved(path: pathlib.Path) -> None:
+def test_every_rendered_flag_exists_in_that_engine_version_and_is_reserved(path: pathlib.Path) -> None:
     prof = _load(path)
     args = _serve_args(_container(_rendered(prof)))
     if prof.multi_node:  # the Ray backend flag follows the profile's flags
         args = args[: args.index("--distributed-executor-backend")]
     ours = [a for a in args[: len(args) - len(prof.engine.extraArgs)] if a.startswith("--")]
-    known = vllm_flags.flag_set(prof.engine.vllmVersion).flags
+    engine = prof.engine.engine
+    if engine.kind == "vllm":
+        known = vllm_flags.flag_set(prof.engine.engine_version).flags
+    else:
+        known = engine_flags.flag_set(engine.kind, prof.engine.engine_version).flags
     assert [f for f in ours if f not in known] == []
     # Reserved flags are refused in extraArgs, so a profile cannot render one twice.
-    assert [f for f in ours if f not in vllm_flags.reserved_flags()] == []
+    assert [f for f in ours if f not in engine.reserved] == []
 
 
 def test_gpus_are_requested_and_limited_as_tensor_times_pipeline_parallel() -> None:
@@ -228,7 +234,7 @@ def test_credentials_secret_is_referenced_never_copied() -> None:
 
 def test_offline_switches_follow_airgap_offline() -> None:
     env = _env(_rendered(_load(EVERY_OPTION)))  # offline: false
-    assert not set(render.OFFLINE_ENV) & set(env)
+    assert not set(engines.VLLM.offline_env) & set(env)
 
 
 def test_home_points_at_the_writable_volume_for_the_non_root_user() -> None:

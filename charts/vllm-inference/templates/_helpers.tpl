@@ -40,7 +40,7 @@ label. Ours win over commonLabels: a user label must not change what the selecto
   "app.kubernetes.io/component" "inference-server"
   "app.kubernetes.io/part-of" "llm-inference"
   "app.kubernetes.io/managed-by" "deployctl"
-  "app.kubernetes.io/version" .Values.vllmVersion
+  "app.kubernetes.io/version" .Values.engine.version
   "deployctl.dev/release" (include "vllm-inference.fullname" .)
 }}
 {{- merge $ours (include "vllm-inference.selectorLabels" . | fromYaml) .Values.commonLabels | toYaml }}

