@@ -7,109 +7,27 @@ the commands that need them, so ``validate`` and ``plan`` start fast on a laptop
 from __future__ import annotations
 
 import datetime
-import difflib
-import functools
-import gc
-import os
 import pathlib
 import sys
-from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any
 
 import click
 
 import orchestrator
-from orchestrator import errors, output
+from orchestrator import cli_options, cli_views, errors, output
 from orchestrator.errors import ExitCode
-
-F = TypeVar("F", bound=Callable[..., Any])
 
 VERSION = orchestrator.__version__
 SUPPORTED_KUBERNETES = "1.30 – 1.37"
 
 
-class _UsageError(click.UsageError):
-    exit_code = int(ExitCode.USAGE)
+def _load(path: str, sets: tuple[str, ...] = (), namespace: cli_options.Namespace | None = None) -> Any:
+    return cli_options.load_profile(path, sets, namespace).profile
 
 
-class _Group(click.Group):
-    """Suggests the closest command for a mistyped one; usage errors exit 1, not click's 2.
-
-    Exit code 2 means "invalid profile" to pipelines (docs/cli.md), so a mistyped option must
-    not look like one.
-    """
-
-    def make_context(self, *args: Any, **kwargs: Any) -> click.Context:
-        try:
-            return super().make_context(*args, **kwargs)
-        except click.UsageError as e:
-            raise _UsageError(e.format_message(), e.ctx) from e
-
-    def invoke(self, ctx: click.Context) -> Any:
-        try:
-            return super().invoke(ctx)
-        except click.UsageError as e:
-            # format_message, not .message: a missing argument keeps its text there (it was a blank "Error:")
-            raise _UsageError(e.format_message(), e.ctx) from e
-
-    def resolve_command(self, ctx: click.Context, args: list[str]) -> Any:
-        name = args[0] if args else ""
-        if name and name not in self.commands and not name.startswith("-"):
-            close = difflib.get_close_matches(name, list(self.commands), n=1)
-            hint = f" Did you mean '{close[0]}'?" if close else ""
-            raise click.UsageError(f"no such command '{name}'.{hint}", ctx)
-        return super().resolve_command(ctx, args)
-
-
-def _fail(exc: errors.DeployctlError, fmt: str = "text") -> None:
-    if fmt in ("json", "yaml"):
-        click.echo(output.emit({"error": exc.message, "exit_code": int(exc.exit_code)}, fmt))
-    click.echo(output.paint("error: ", "red", sys.stderr) + exc.message, err=True)
-    sys.exit(int(exc.exit_code))
-
-
-def handles_errors(fn: F) -> F:
-    """Every DeployctlError becomes its message and exit code; nothing else is expected to escape."""
-
-    @functools.wraps(fn)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        try:
-            return fn(*args, **kwargs)
-        except errors.DeployctlError as e:
-            _fail(e, kwargs.get("output_format", "text"))
-        except KeyboardInterrupt:
-            click.echo("interrupted", err=True)
-            sys.exit(130)
-
-    return wrapper  # type: ignore[return-value]
-
-
-def _output_option(choices: tuple[str, ...] = ("text", "json", "yaml"), default: str = "text") -> Callable[[F], F]:
-    return click.option(
-        "--output",
-        "output_format",
-        type=click.Choice(choices),
-        default=default,
-        show_default=True,
-        help="text for people, json/yaml for pipelines.",
-    )
-
-
-def _cluster_options(fn: F) -> F:
-    fn = click.option("--context", help="kubeconfig context (default: the current one).")(fn)
-    fn = click.option("--kubeconfig", type=click.Path(dir_okay=False), help="kubeconfig file (default: $KUBECONFIG).")(
-        fn
-    )
-    return fn
-
-
-def _load(path: str) -> Any:
-    from orchestrator import profile as profile_mod
-
-    return profile_mod.load(path)
-
-
-@click.group(cls=_Group, context_settings={"auto_envvar_prefix": "DEPLOYCTL", "help_option_names": ["-h", "--help"]})
+@click.group(
+    cls=cli_options.Group, context_settings={"auto_envvar_prefix": "DEPLOYCTL", "help_option_names": ["-h", "--help"]}
+)
 @click.version_option(VERSION, prog_name="deployctl")
 def main() -> None:
     """deployctl: plan, render, apply, gate and roll back vLLM inference on Kubernetes."""
@@ -126,15 +44,16 @@ def _checked(prof: Any, *, allow_unfit: bool = False) -> Any:
 
 
 @main.command()
-@click.argument("profile_path", metavar="PROFILE")
-@_output_option()
-@handles_errors
-def validate(profile_path: str, output_format: str) -> None:
+@cli_options.profile_argument()
+@cli_options.set_option
+@cli_options.output_option()
+@cli_options.handles_errors
+def validate(profile_path: str, sets: tuple[str, ...], output_format: str) -> None:
     """Check a profile's schema and VRAM math; no cluster needed."""
-    prof = _load(profile_path)
+    prof = _load(profile_path, sets)
     plan = _checked(prof, allow_unfit=True)
     data = {
-        "profile": profile_path,
+        "profile": prof.source,
         "valid": True,
         "fits": plan.fits,
         "verdict": plan.verdict,
@@ -145,7 +64,7 @@ def validate(profile_path: str, output_format: str) -> None:
     else:
         status = output.paint("fits", "green") if plan.fits else output.paint("does NOT fit", "red")
         click.echo(
-            f"{profile_path}: valid; {status} ({prof.metadata.name}, TP={prof.engine.tensorParallelSize}, "
+            f"{prof.source}: valid; {status} ({prof.metadata.name}, TP={prof.engine.tensorParallelSize}, "
             f"{prof.hardware.gpu or str(prof.hardware.memoryGiB) + ' GiB'})"
         )
         for f in plan.findings:
@@ -155,7 +74,8 @@ def validate(profile_path: str, output_format: str) -> None:
 
 
 @main.command()
-@click.argument("profile_path", metavar="PROFILE")
+@cli_options.profile_argument()
+@cli_options.set_option
 @click.option(
     "--calibrate-from",
     "release",
@@ -163,14 +83,15 @@ def validate(profile_path: str, output_format: str) -> None:
     help="Correct the memory the model does not explain by what this release's vLLM logged at start-up "
     "(same model, GPU, vLLM version, TP and PP; needs the cluster).",
 )
-@click.option("-n", "--namespace", default="default", show_default=True, help="The --calibrate-from release's.")
-@_cluster_options
-@_output_option(("table", "json", "yaml"), "table")
-@handles_errors
+@cli_options.namespace_option("The --calibrate-from release's (default: the profile's namespace, see docs/cli.md).")
+@cli_options.cluster_options
+@cli_options.output_option(aliases={"table": "text"})
+@cli_options.handles_errors
 def plan(
     profile_path: str,
+    sets: tuple[str, ...],
     release: str | None,
-    namespace: str,
+    namespace: str | None,
     kubeconfig: str | None,
     context: str | None,
     output_format: str,
@@ -178,14 +99,21 @@ def plan(
     """The capacity table: does it fit, how many full-context sequences, and why."""
     from orchestrator import planner, planview
 
-    prof = _load(profile_path)
     calibration = None
     if release:
         from orchestrator import views
 
-        calibration = views.calibration(_options(kubeconfig=kubeconfig, context=context), release, namespace, prof)
+        # The release is looked for where -n says, else where the profile lives (its own namespace,
+        # else DEPLOYCTL_NAMESPACE, the context's, default): a release may be calibrated from another namespace.
+        where = None if namespace else cli_options.resolve_namespace(None, kubeconfig, context)
+        prof = _load(profile_path, sets, where)
+        release_ns = namespace or prof.metadata.namespace
+        opts = cli_options.options(kubeconfig=kubeconfig, context=context)
+        calibration = views.calibration(opts, release, release_ns, prof)
+    else:
+        prof = _load(profile_path, sets)
     p = planner.check(prof, allow_unfit=True, calibration=calibration)
-    if output_format == "table":
+    if output_format == "text":
         click.echo(planview.render_table(prof, p, color=output.color_enabled(sys.stdout)))
     else:
         click.echo(output.emit(p.to_json(), output_format))
@@ -193,8 +121,16 @@ def plan(
 
 
 @main.command()
-@click.argument("profile_path", metavar="PROFILE", required=False)
-@click.option("-o", "--out", "out_dir", type=click.Path(file_okay=False), help="Write one file per object here.")
+@cli_options.profile_argument(required=False)
+@cli_options.set_option
+@click.option("--output-dir", "out_dir", type=click.Path(file_okay=False), help="Write one YAML file per object here.")
+@cli_options.renamed_option("--out", "--output-dir")
+@cli_options.output_option(
+    ("yaml", "json"),
+    "yaml",
+    old_meaning="write files with --output-dir {value}",
+    help="yaml: a multi-document stream; json: one v1 List (helm-values: the values as JSON).",
+)
 @click.option(
     "--format",
     "fmt",
@@ -222,31 +158,45 @@ def plan(
     help="Render a profile that does not fit its GPUs (exit 3 otherwise); the verdict goes into the objects' "
     "annotations.",
 )
-@handles_errors
+@cli_options.handles_errors
 def render(
-    profile_path: str | None, out_dir: str | None, fmt: str, controller_namespace: str, image: str | None, force: bool
+    profile_path: str | None,
+    sets: tuple[str, ...],
+    out_dir: str | None,
+    output_format: str,
+    fmt: str,
+    controller_namespace: str,
+    image: str | None,
+    force: bool,
 ) -> None:
     """Render deterministic manifests (GitOps), Helm values, the RBAC deployctl needs, or the InferenceProfile
     object and its CRD."""
     from orchestrator import render as render_mod
 
+    if out_dir and output_format != "yaml":
+        raise errors.UsageError(
+            f"--output-dir writes YAML files; drop -o {output_format}, or drop --output-dir to print "
+            f"{output_format} to stdout"
+        )
+    emit = _Emitter(out_dir, output_format)
     if fmt == "crd":
         from orchestrator import crd
 
-        _emit_objects([crd.definition()], out_dir)
+        emit.objects([crd.definition()])
         return
     if fmt == "controller":
-        _emit_objects(render_mod.controller(controller_namespace, image or render_mod.CONTROLLER_IMAGE), out_dir)
+        emit.objects(render_mod.controller(controller_namespace, image or render_mod.CONTROLLER_IMAGE))
         return
     if profile_path is None:
         raise errors.UsageError(f"render --format {fmt} needs a PROFILE (a profile file or an InferenceProfile object)")
-    prof = _load(profile_path)
+    prof = _load(profile_path, sets)
     plan = _checked(prof, allow_unfit=force)
     if not plan.fits:
         problems = " ".join(f.message for f in plan.findings if f.severity == "error")
         click.echo(output.paint("warning: ", "yellow", sys.stderr) + f"rendered with --force: {problems}", err=True)
     if fmt == "helm-values":
-        text = output.emit(render_mod.helm_values(prof, plan), "yaml") + "\n"
+        values = render_mod.helm_values(prof, plan)
+        text = output.emit(values, output_format) + "\n"
         if out_dir:
             path = pathlib.Path(out_dir)
             path.mkdir(parents=True, exist_ok=True)
@@ -258,69 +208,56 @@ def render(
     if fmt == "object":
         from orchestrator import profile as profile_mod
 
-        _emit_objects([profile_mod.to_object(prof)], out_dir)
+        emit.objects([profile_mod.to_object(prof)])
         return
-    objects = render_mod.rbac(prof.metadata.namespace) if fmt == "rbac" else render_mod.render(prof, plan)
-    _emit_objects(objects, out_dir)
+    emit.objects(render_mod.rbac(prof.metadata.namespace) if fmt == "rbac" else render_mod.render(prof, plan))
 
 
-def _emit_objects(objects: list[dict[str, Any]], out_dir: str | None) -> None:
-    from orchestrator import render as render_mod
+class _Emitter:
+    """Where render's objects go: files under --output-dir, a YAML stream, or one JSON v1 List."""
 
-    if out_dir:
-        for written in render_mod.write(objects, pathlib.Path(out_dir)):
-            click.echo(f"wrote {written}", err=True)
-    else:
-        click.echo(render_mod.to_yaml(objects), nl=False)
+    def __init__(self, out_dir: str | None, output_format: str) -> None:
+        self.out_dir = out_dir
+        self.output_format = output_format
+
+    def objects(self, objects: list[dict[str, Any]]) -> None:
+        from orchestrator import render as render_mod
+
+        if self.out_dir:
+            for written in render_mod.write(objects, pathlib.Path(self.out_dir)):
+                click.echo(f"wrote {written}", err=True)
+        elif self.output_format == "json":
+            click.echo(output.emit({"apiVersion": "v1", "kind": "List", "items": objects}, "json"))
+        else:
+            click.echo(render_mod.to_yaml(objects), nl=False)
 
 
 # --- cluster commands -------------------------------------------------------------------------------
 
 
-def _options(**kw: Any) -> Any:
-    from orchestrator import pipeline
-
-    return pipeline.Options(environ=dict(os.environ), **kw)
-
-
-def _finish(outcome: Any, output_format: str) -> None:
-    if output_format in ("json", "yaml"):
-        click.echo(output.emit(outcome.to_json(), output_format))
-    else:
-        color = "green" if outcome.exit_code == ExitCode.OK else "red"
-        click.echo(output.paint(outcome.result.upper(), color) + f": {outcome.message}")
-        if outcome.gate:
-            click.echo(f"  smoke gate: {outcome.gate.summary()}")
-        if outcome.timings:
-            phases = ", ".join(f"{k} {v:.1f}s" for k, v in outcome.timings.items())
-            click.echo(f"  timings: {phases}")
-        for warning in outcome.warnings:
-            click.echo(f"  warning: {warning}")
-    gc.freeze()  # leave what was allocated so far out of the interpreter's exit collections (~70 ms)
-    sys.exit(int(outcome.exit_code))
-
-
-def _apply_like(fn: F) -> F:
+def _apply_like(fn: Any) -> Any:
     fn = click.option(
         "--lock-ttl",
-        type=click.IntRange(5, 3600),
+        type=cli_options.Duration(5, 3600, integer=True),
         default=60,
         show_default=True,
-        help="Seconds before a lock left by a killed deployctl may be taken over.",
+        help="How long before a lock left by a killed deployctl may be taken over (60, 90s, 5m).",
     )(fn)
     fn = click.option(
         "--timeout",
-        type=click.FloatRange(1),
-        help="Overall rollout deadline in seconds (default: rollout.progressDeadlineSeconds).",
+        type=cli_options.Duration(1),
+        help="Overall rollout deadline: 90s, 10m, 1h30m or seconds (default: rollout.progressDeadlineSeconds).",
     )(fn)
+    fn = cli_options.namespace_option("Namespace when the profile has no metadata.namespace (see docs/cli.md).")(fn)
+    fn = cli_options.set_option(fn)
     fn = click.option("--skip-bench", is_flag=True, help="Skip the smoke benchmark; gate on /health only.")(fn)
     fn = click.option("--endpoint", help="Reach the server here instead of port-forwarding to each pod.")(fn)
-    fn = _cluster_options(fn)
+    fn = cli_options.cluster_options(fn)
     return fn
 
 
 @main.command()
-@click.argument("profile_path", metavar="PROFILE")
+@cli_options.profile_argument()
 @_apply_like
 @click.option("--no-rollback", is_flag=True, help="Leave a failed revision in place for debugging.")
 @click.option("--create-namespace", is_flag=True, help="Create the profile's namespace if it is missing.")
@@ -329,10 +266,12 @@ def _apply_like(fn: F) -> F:
     is_flag=True,
     help="Plan, preflight and a server-side dry-run apply: say what would happen, write nothing.",
 )
-@_output_option()
-@handles_errors
+@cli_options.output_option()
+@cli_options.handles_errors
 def apply(
     profile_path: str,
+    sets: tuple[str, ...],
+    namespace: str | None,
     kubeconfig: str | None,
     context: str | None,
     endpoint: str | None,
@@ -347,13 +286,12 @@ def apply(
     """Plan, preflight, lock, apply, watch, gate and record — or roll back."""
     from orchestrator import pipeline
 
-    prof = _load(profile_path)
-    text = pathlib.Path(profile_path).read_text()
+    loaded = cli_options.load_profile(profile_path, sets, cli_options.resolve_namespace(namespace, kubeconfig, context))
     progress = output.Progress(quiet=False)
     outcome = pipeline.apply(
-        prof,
-        text,
-        _options(
+        loaded.profile,
+        loaded.text,
+        cli_options.options(
             kubeconfig=kubeconfig,
             context=context,
             endpoint=endpoint,
@@ -367,16 +305,18 @@ def apply(
         progress,
     )
     progress.finish_line()
-    _finish(outcome, output_format)
+    cli_options.finish(outcome, output_format)
 
 
 @main.command("gate")
-@click.argument("profile_path", metavar="PROFILE")
+@cli_options.profile_argument()
 @_apply_like
-@_output_option()
-@handles_errors
+@cli_options.output_option()
+@cli_options.handles_errors
 def gate_cmd(
     profile_path: str,
+    sets: tuple[str, ...],
+    namespace: str | None,
     kubeconfig: str | None,
     context: str | None,
     endpoint: str | None,
@@ -388,12 +328,12 @@ def gate_cmd(
     """GitOps: wait for the synced Deployment to carry this profile, then health + smoke gate and record."""
     from orchestrator import gitops
 
-    prof = _load(profile_path)
+    loaded = cli_options.load_profile(profile_path, sets, cli_options.resolve_namespace(namespace, kubeconfig, context))
     progress = output.Progress()
     outcome = gitops.gate(
-        prof,
-        pathlib.Path(profile_path).read_text(),
-        _options(
+        loaded.profile,
+        loaded.text,
+        cli_options.options(
             kubeconfig=kubeconfig,
             context=context,
             endpoint=endpoint,
@@ -404,11 +344,14 @@ def gate_cmd(
         progress,
     )
     progress.finish_line()
-    _finish(outcome, output_format)
+    cli_options.finish(outcome, output_format)
 
 
 @main.command()
-@click.option("-n", "--namespace", help="Watch InferenceProfile objects in this namespace only.")
+@cli_options.namespace_option(
+    "Watch InferenceProfile objects in this namespace only (default: $DEPLOYCTL_NAMESPACE, else the context's, "
+    "else default)."
+)
 @click.option("-A", "--all-namespaces", is_flag=True, help="Watch InferenceProfile objects in every namespace.")
 @click.option(
     "--lease-namespace",
@@ -416,11 +359,11 @@ def gate_cmd(
     help="Namespace of the leader-election Lease (deployctl-controller). Default: the pod's namespace "
     "in the cluster (POD_NAMESPACE), else --namespace.",
 )
-@_cluster_options
-@click.option("--lease-seconds", type=click.IntRange(5, 600), default=15, show_default=True)
-@click.option("--resync", type=click.FloatRange(1), default=30, show_default=True, help="Seconds between resyncs.")
-@click.option("--lock-ttl", type=click.IntRange(5, 3600), default=60, show_default=True)
-@handles_errors
+@cli_options.cluster_options
+@click.option("--lease-seconds", type=cli_options.Duration(5, 600, integer=True), default=15, show_default=True)
+@click.option("--resync", type=cli_options.Duration(1), default=30, show_default=True, help="Time between resyncs.")
+@click.option("--lock-ttl", type=cli_options.Duration(5, 3600, integer=True), default=60, show_default=True)
+@cli_options.handles_errors
 def controller(
     namespace: str | None,
     all_namespaces: bool,
@@ -434,8 +377,10 @@ def controller(
     """Deploy InferenceProfile objects: each new generation by the apply sequence, status in kstatus terms."""
     from orchestrator import controller as controller_mod
 
-    if bool(namespace) == all_namespaces:
-        raise errors.UsageError("give --namespace NS or --all-namespaces (-A), one of them")
+    if namespace and all_namespaces:
+        raise errors.UsageError("give --namespace NS or --all-namespaces (-A), not both")
+    if not all_namespaces:
+        namespace = cli_options.resolve_namespace(namespace, kubeconfig, context).name
     lease_ns = lease_namespace or namespace
     if lease_ns is None:
         raise errors.UsageError("with --all-namespaces, give --lease-namespace (or run in a pod with POD_NAMESPACE)")
@@ -461,17 +406,17 @@ def controller(
 
 @main.command()
 @click.argument("name")
-@click.option("-n", "--namespace", default="default", show_default=True)
+@cli_options.namespace_option()
 @click.option("--to", "to", type=int, help="Revision to restore (default: the last good one before the live one).")
-@_cluster_options
+@cli_options.cluster_options
 @click.option("--endpoint", help="Reach the server here instead of port-forwarding to each pod.")
-@click.option("--timeout", type=click.FloatRange(1), help="Rollout deadline in seconds.")
-@click.option("--lock-ttl", type=click.IntRange(5, 3600), default=60, show_default=True)
-@_output_option()
-@handles_errors
+@click.option("--timeout", type=cli_options.Duration(1), help="Rollout deadline: 90s, 10m, 1h30m or seconds.")
+@click.option("--lock-ttl", type=cli_options.Duration(5, 3600, integer=True), default=60, show_default=True)
+@cli_options.output_option()
+@cli_options.handles_errors
 def rollback(
     name: str,
-    namespace: str,
+    namespace: str | None,
     to: int | None,
     kubeconfig: str | None,
     context: str | None,
@@ -486,192 +431,15 @@ def rollback(
     progress = output.Progress()
     outcome = pipeline.rollback(
         name,
-        namespace,
+        cli_options.resolve_namespace(namespace, kubeconfig, context).name,
         to,
-        _options(kubeconfig=kubeconfig, context=context, endpoint=endpoint, timeout=timeout, lock_ttl=lock_ttl),
+        cli_options.options(
+            kubeconfig=kubeconfig, context=context, endpoint=endpoint, timeout=timeout, lock_ttl=lock_ttl
+        ),
         progress,
     )
     progress.finish_line()
-    _finish(outcome, output_format)
-
-
-@main.command()
-@click.argument("name")
-@click.option("-n", "--namespace", default="default", show_default=True)
-@_cluster_options
-@_output_option()
-@handles_errors
-def history(name: str, namespace: str, kubeconfig: str | None, context: str | None, output_format: str) -> None:
-    """The release's revisions: status, description, when, who."""
-    from orchestrator import views
-
-    rows = views.history(_options(kubeconfig=kubeconfig, context=context), name, namespace)
-    if output_format != "text":
-        click.echo(output.emit(rows, output_format))
-        return
-    click.echo(
-        output.table(
-            ["REVISION", "STATUS", "GATE", "KV PLAN/SEEN", "UPDATED", "ACTOR", "IMAGE", "DESCRIPTION"],
-            [
-                [
-                    r["revision"],
-                    r["status"],
-                    r.get("gate") or "-",
-                    _kv(r.get("planner") or {}),
-                    r["timestamp"],
-                    _actor(r["actor"]),
-                    _short_image(r["image"]),
-                    r["description"],
-                ]
-                for r in rows
-            ],
-        )
-    )
-
-
-def _kv(check: dict[str, Any]) -> str:
-    """KV tokens planned/observed, in thousands: `1007k/1012k`; `-` for what is unknown."""
-
-    def k(value: object) -> str:
-        return f"{value / 1000:.0f}k" if isinstance(value, int) else "-"
-
-    return f"{k(check.get('kv_tokens_planned'))}/{k(check.get('kv_tokens_observed'))}"
-
-
-def _actor(actor: dict[str, Any]) -> str:
-    """The user, and the CI job when there was one (e.g. `ci-bot (github run 42)`)."""
-    ci = actor.get("ci") or {}
-    job = next((f"{k.lower()}={v}" for k, v in ci.items() if k.endswith(("RUN_ID", "JOB_ID", "BUILD_ID"))), "")
-    return f"{actor.get('user', '?')}" + (f" ({job})" if job else "")
-
-
-def _short_image(image: str) -> str:
-    return (
-        image if "@sha256:" not in image else image.split("@sha256:")[0] + "@sha256:" + image.split("@sha256:")[1][:12]
-    )
-
-
-@main.command()
-@click.argument("name")
-@click.option("-n", "--namespace", default="default", show_default=True)
-@_cluster_options
-@_output_option()
-@handles_errors
-def status(name: str, namespace: str, kubeconfig: str | None, context: str | None, output_format: str) -> None:
-    """Live revision, pods (ready, node, GPUs), last failure and gate result."""
-    from orchestrator import views
-
-    data = views.status(_options(kubeconfig=kubeconfig, context=context), name, namespace)
-    if output_format != "text":
-        click.echo(output.emit(data, output_format))
-        return
-    click.echo(views.format_status(data))
-
-
-@main.command()
-@click.argument("profile_path", metavar="PROFILE")
-@_cluster_options
-@handles_errors
-def diff(profile_path: str, kubeconfig: str | None, context: str | None) -> None:
-    """Server-side dry-run against the live objects, as a unified diff (exit 0: none, 1: changes)."""
-    from orchestrator import views
-
-    prof = _load(profile_path)
-    text = views.diff(_options(kubeconfig=kubeconfig, context=context), prof, _checked(prof))
-    click.echo(text or "no changes", nl=bool(not text) or not text.endswith("\n"))
-    sys.exit(1 if text else 0)
-
-
-@main.command()
-@_cluster_options
-@_output_option()
-@handles_errors
-def inventory(kubeconfig: str | None, context: str | None, output_format: str) -> None:
-    """The cluster's GPU pools: product, nodes, GPUs total and free, NVLink."""
-    from orchestrator import views
-
-    pools = views.inventory(_options(kubeconfig=kubeconfig, context=context))
-    if output_format != "text":
-        click.echo(output.emit(pools, output_format))
-        return
-    click.echo(
-        output.table(
-            ["PRODUCT", "NVLINK", "NODES", "GPUS", "FREE"],
-            [
-                [p["product"], "yes" if p["nvlink"] else "no", p["nodes"], p["gpus_total"], p["gpus_free"]]
-                for p in pools
-            ],
-        )
-    )
-
-
-@main.group(cls=_Group)
-def audit() -> None:
-    """Verify or export the tamper-evident release chain."""
-
-
-@audit.command("verify")
-@click.argument("name", required=False)
-@click.option("-n", "--namespace", default="default", show_default=True)
-@click.option(
-    "--file",
-    "export_file",
-    type=click.Path(dir_okay=False, exists=True),
-    help="Verify an exported chain offline instead of the live records.",
-)
-@click.option(
-    "--against",
-    type=click.Path(dir_okay=False, exists=True),
-    help="Also compare the live chain with an earlier export (catches a deleted newest record).",
-)
-@_cluster_options
-@_output_option()
-@handles_errors
-def audit_verify(
-    name: str | None,
-    namespace: str,
-    export_file: str | None,
-    against: str | None,
-    kubeconfig: str | None,
-    context: str | None,
-    output_format: str,
-) -> None:
-    """Walk the hash chain; an edited or deleted record is reported with its revision (exit 9)."""
-    from orchestrator import views
-
-    if not export_file and not name:
-        raise errors.UsageError("give a release NAME, or --file EXPORT.json to verify an export offline")
-    result = views.audit_verify(_options(kubeconfig=kubeconfig, context=context), name, namespace, export_file, against)
-    if output_format != "text":
-        click.echo(output.emit(result, output_format))
-    elif result["ok"]:
-        click.echo(
-            output.paint("OK", "green") + f": {result['records']} records, chain intact (head {result['head'][:16]})"
-        )
-    else:
-        click.echo(output.paint("TAMPERED", "red") + f": {len(result['problems'])} problem(s)")
-        for p in result["problems"]:
-            click.echo(f"  revision {p['revision']}: {p['message']}")
-    sys.exit(0 if result["ok"] else int(ExitCode.AUDIT_FAILED))
-
-
-@audit.command("export")
-@click.argument("name")
-@click.option("-n", "--namespace", default="default", show_default=True)
-@click.option("-o", "--out", "out_file", type=click.Path(dir_okay=False), help="File to write (default: stdout).")
-@_cluster_options
-@handles_errors
-def audit_export(name: str, namespace: str, out_file: str | None, kubeconfig: str | None, context: str | None) -> None:
-    """Write the release chain as a JSON document an auditor can keep."""
-    from orchestrator import views
-
-    doc = views.audit_export(_options(kubeconfig=kubeconfig, context=context), name, namespace)
-    text = output.emit(doc, "json") + "\n"
-    if out_file:
-        pathlib.Path(out_file).write_text(text)
-        click.echo(f"wrote {out_file} ({len(doc['records'])} records)", err=True)
-    else:
-        click.echo(text, nl=False)
+    cli_options.finish(outcome, output_format)
 
 
 @main.command("bench")
@@ -690,11 +458,13 @@ def audit_export(name: str, namespace: str, out_file: str | None, kubeconfig: st
 @click.option("--input-tokens", type=click.IntRange(1), default=512, show_default=True)
 @click.option("--output-tokens", type=click.IntRange(2), default=128, show_default=True)
 @click.option("--warmup", type=click.IntRange(0), default=4, show_default=True)
-@click.option("--duration", type=click.FloatRange(0.1), help="Stop after this many seconds instead of --requests.")
+@click.option(
+    "--duration", type=cli_options.Duration(0.1), help="Stop after this long (30s, 5m) instead of --requests."
+)
 @click.option("--request-rate", type=click.FloatRange(0.001), help="Open-loop Poisson arrivals per second.")
 @click.option("--burstiness", type=click.FloatRange(0.01), default=1.0, show_default=True)
 @click.option("--seed", type=int, default=0, show_default=True)
-@click.option("--timeout", type=click.FloatRange(1), default=600, show_default=True)
+@click.option("--timeout", type=cli_options.Duration(1), default=600, show_default=True, help="Per request: 90s, 10m.")
 @click.option(
     "--processes",
     type=click.IntRange(1),
@@ -708,8 +478,8 @@ def audit_export(name: str, namespace: str, out_file: str | None, kubeconfig: st
     help="Exit 5 when more than this fraction of the requests failed.",
 )
 @click.option("--save", type=click.Path(dir_okay=False), help="Write the JSON report and an HTML report beside it.")
-@_output_option(("table", "json"), "table")
-@handles_errors
+@cli_options.output_option(("text", "json"), "text", aliases={"table": "text"})
+@cli_options.handles_errors
 def bench_cmd(
     url: str,
     model: str,
@@ -760,11 +530,11 @@ def bench_cmd(
     problem = report.failure_reason(max_error_rate)
     if problem:
         # Not raised: handles_errors would add an error object to stdout, which holds the report.
-        _fail(errors.EndpointError(problem))
+        cli_options.fail(errors.EndpointError(problem))
 
 
 @main.command()
-@_output_option()
+@cli_options.output_option()
 def version(output_format: str) -> None:
     """deployctl's version, the engine versions it has flag tables for, and the Kubernetes versions it supports."""
     from orchestrator import engines, vllm_flags
@@ -794,12 +564,18 @@ def version(output_format: str) -> None:
 @main.command()
 @click.argument("shell", type=click.Choice(["bash", "zsh", "fish"]))
 def completion(shell: str) -> None:
-    """Print the shell completion script: eval "$(deployctl completion bash)"."""
+    """Print the shell completion script: eval "$(deployctl completion bash)"; also zsh, fish."""
     from click.shell_completion import get_completion_class
 
     cls = get_completion_class(shell)
     assert cls is not None
     click.echo(cls(main, {}, "deployctl", "_DEPLOYCTL_COMPLETE").source())
+
+
+for _command in (cli_views.history, cli_views.status, cli_views.diff, cli_views.inventory, cli_views.audit):
+    main.add_command(_command)
+# Last: every option of every command, including those added above, reads DEPLOYCTL_<COMMAND>_<OPTION>.
+cli_options.install_envvars(main)
 
 
 if __name__ == "__main__":

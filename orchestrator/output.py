@@ -2,7 +2,7 @@
 
 On a terminal, progress is one updating line per phase; when stdout is not a TTY (CI logs) it is
 plain timestamped lines on stderr; with ``--output json`` only the final object reaches stdout.
-``NO_COLOR`` turns colour off.
+``NO_COLOR`` (non-empty) turns colour off; ``FORCE_COLOR`` (non-empty) turns it on without a terminal.
 """
 
 from __future__ import annotations
@@ -19,12 +19,19 @@ import yaml
 
 
 def color_enabled(stream: TextIO) -> bool:
-    return stream.isatty() and "NO_COLOR" not in os.environ and os.environ.get("TERM") != "dumb"
+    """Colour on a terminal; ``NO_COLOR`` (non-empty, no-color.org) turns it off and wins;
+    ``FORCE_COLOR`` (non-empty) turns it on without a terminal (CI logs that render ANSI)."""
+    if os.environ.get("NO_COLOR"):
+        return False
+    if os.environ.get("FORCE_COLOR"):
+        return True
+    return stream.isatty() and os.environ.get("TERM") != "dumb"
 
 
-def paint(text: str, color: str, stream: TextIO = sys.stdout) -> str:
+def paint(text: str, color: str, stream: TextIO | None = None) -> str:
     codes = {"red": "31", "green": "32", "yellow": "33", "bold": "1", "dim": "2"}
-    if not color_enabled(stream):
+    # sys.stdout looked up per call: CliRunner and redirect_stdout swap it after import.
+    if not color_enabled(sys.stdout if stream is None else stream):
         return text
     return f"\033[{codes[color]}m{text}\033[0m"
 

@@ -12,6 +12,7 @@ import hashlib
 import json
 import pathlib
 import re
+from collections.abc import Callable
 from typing import Annotated, Any, Literal
 
 import pydantic
@@ -707,8 +708,14 @@ def load(path: str | pathlib.Path) -> Profile:
     return loads(raw, source=str(p), base_dir=p.resolve().parent)
 
 
-def loads(raw: bytes | str, source: str = "<profile>", base_dir: pathlib.Path | None = None) -> Profile:
-    """Validate profile text; ``source`` names it in messages."""
+def loads(
+    raw: bytes | str,
+    source: str = "<profile>",
+    base_dir: pathlib.Path | None = None,
+    transform: Callable[[strictyaml.Document], strictyaml.Document] | None = None,
+) -> Profile:
+    """Validate profile text; ``source`` names it in messages; ``transform`` (``--set``) edits the
+    parsed document before validation."""
     data = raw.encode() if isinstance(raw, str) else raw
     try:
         doc = strictyaml.parse(data)
@@ -717,6 +724,8 @@ def loads(raw: bytes | str, source: str = "<profile>", base_dir: pathlib.Path | 
         raise errors.InvalidProfile(f"{source}{where}: {e.message}") from e
     if doc.data.get("apiVersion") == RESOURCE_API_VERSION:
         doc = _from_resource(doc, source)
+    if transform is not None:
+        doc = transform(doc)
     try:
         profile = Profile.model_validate(doc.data)
     except pydantic.ValidationError as e:
@@ -777,7 +786,8 @@ def _describe(exc: pydantic.ValidationError, doc: strictyaml.Document, source: s
         loc = _clean_loc(err["loc"])
         line = doc.line_of(loc)
         field = ".".join(str(p) for p in loc) or "(top level)"
-        where = f" (line {line})" if line else ""
+        origin = doc.origin_of(loc)
+        where = f" (from {origin})" if origin else f" (line {line})" if line else ""
         problems.append((line or 0, f"  {field}{where}: {_message(err, loc, doc)}"))
     problems.sort(key=lambda item: item[0])  # in file order, as the user reads it
     return "\n".join([f"{source}: {len(problems)} problem(s) in the profile:"] + [text for _, text in problems])

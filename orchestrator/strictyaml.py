@@ -34,6 +34,16 @@ class YamlProblem(ValueError):
 class Document:
     data: dict[str, Any]
     lines: dict[Path, int]  # path of a key or list item -> 1-based line
+    # Paths set from outside the text (``--set``, ``-n``) -> what set them, for messages.
+    origins: dict[Path, str] = dataclasses.field(default_factory=dict)
+
+    def origin_of(self, path: Path) -> str | None:
+        """What set ``path`` or one of its parents from outside the text, if anything did."""
+        for cut in range(len(path), 0, -1):
+            origin = self.origins.get(tuple(path[:cut]))
+            if origin is not None:
+                return origin
+        return None
 
     def line_of(self, path: Path) -> int | None:
         """The line of ``path`` or, when it is absent (a missing field), of its nearest parent."""

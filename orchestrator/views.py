@@ -154,8 +154,13 @@ def format_status(data: dict[str, Any]) -> str:
 
 def diff(options: Options, profile: Profile, plan: planner.Plan) -> str:
     """Unified diff between the live objects and what a server-side apply would make of the render."""
+    return "".join(d["diff"] for d in diff_objects(options, profile, plan))
+
+
+def diff_objects(options: Options, profile: Profile, plan: planner.Plan) -> list[dict[str, Any]]:
+    """Per rendered object: kind, name, namespace, change (create, update or unchanged) and its unified diff."""
     kube = connect(options.kubeconfig, options.context)
-    chunks: list[str] = []
+    out: list[dict[str, Any]] = []
     live_deployment = kube.get("Deployment", profile.metadata.name, profile.metadata.namespace)
     # The rollout strategy is chosen by apply's preflight from free GPUs, not by the profile:
     # compare against the live choice so that only what the profile changes shows.
@@ -171,7 +176,7 @@ def diff(options: Options, profile: Profile, plan: planner.Plan) -> str:
         before = _clean(live) if live else ""
         after_text = _clean(after)
         label = f"{kind}/{name}"
-        chunks.extend(
+        text = "".join(
             difflib.unified_diff(
                 before.splitlines(keepends=True),
                 after_text.splitlines(keepends=True),
@@ -179,7 +184,9 @@ def diff(options: Options, profile: Profile, plan: planner.Plan) -> str:
                 tofile=f"profile/{label}",
             )
         )
-    return "".join(chunks)
+        change = "create" if live is None else "update" if text else "unchanged"
+        out.append({"kind": kind, "name": name, "namespace": namespace, "change": change, "diff": text})
+    return out
 
 
 def _clean(obj: dict[str, Any]) -> str:
@@ -231,8 +238,14 @@ def audit_verify(
 
 def _read_export(path: str) -> dict[str, Any]:
     try:
-        doc = json.loads(pathlib.Path(path).read_text())
-    except (OSError, ValueError) as e:
+        text = pathlib.Path(path).read_text()
+        try:
+            doc = json.loads(text)
+        except ValueError:
+            # `audit export -o yaml`: the same document; its strings were written quoted where
+            # YAML would read them as something else, so they load back as the same strings.
+            doc = yaml.safe_load(text)
+    except (OSError, ValueError, yaml.YAMLError) as e:
         raise errors.UsageError(f"cannot read audit export {path}: {errors.shorten(str(e), 200)}") from e
     if not isinstance(doc, dict):
         raise errors.UsageError(f"{path} is not a deployctl audit export (expected a JSON object)")

@@ -4,6 +4,7 @@ Everything above this package sees plain dicts of Kubernetes objects and our own
 """
 
 from orchestrator.kube.client import Kube, Ref, WatchEvent, connect
+from orchestrator.kube.kubeconfig import context_namespace
 from orchestrator.kube.portforward import PortForwarder
 
-__all__ = ["Kube", "PortForwarder", "Ref", "WatchEvent", "connect"]
+__all__ = ["Kube", "PortForwarder", "Ref", "WatchEvent", "connect", "context_namespace"]

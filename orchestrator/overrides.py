@@ -1,0 +1,144 @@
+"""``--set key=value``: Helm-style overrides applied to a profile document before it is validated.
+
+A key is a dotted path of the profile's YAML keys as written (camelCase), with ``[N]`` for a list
+item and ``\\.`` for a dot inside a key (``metadata.labels.example\\.com/team=ml``). The value is read
+as one YAML value, so ``32`` is a number and ``true`` a boolean; quote it to keep a string. Each
+overridden path remembers the ``--set`` it came from, so a validation error names it instead of a
+line of the file.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Sequence
+from typing import Any
+
+import yaml
+
+from orchestrator import errors, strictyaml
+
+_SEGMENT = re.compile(r"((?:[^.\[\]\\]|\\.)+)((?:\[\d+\])*)")
+_INDEX = re.compile(r"\[(\d+)\]")
+
+
+@dataclasses.dataclass(frozen=True)
+class Override:
+    path: strictyaml.Path
+    value: Any
+    text: str  # as the user typed it, for messages and the record
+
+
+def parse(text: str) -> Override:
+    """``engine.maxNumSeqs=32`` as the path ``("engine", "maxNumSeqs")`` and the value ``32``."""
+    key, eq, raw = text.partition("=")
+    if not eq or not key:
+        raise errors.UsageError(
+            f"--set {text}: expected KEY=VALUE with a dotted profile path, e.g. --set engine.maxNumSeqs=32"
+        )
+    path: list[str | int] = []
+    for part in _split_dots(key):
+        match = _SEGMENT.fullmatch(part)
+        if match is None:
+            raise errors.UsageError(
+                f"--set {text}: {key!r} is not a profile path; write keys separated by dots and list items as "
+                "[N], e.g. placement.tolerations[0].key"
+            )
+        path.append(match.group(1).replace("\\", ""))
+        path.extend(int(i) for i in _INDEX.findall(match.group(2)))
+    try:
+        value = yaml.safe_load(raw) if raw.strip() else ""
+    except yaml.YAMLError as e:
+        problem = getattr(e, "problem", None) or str(e).splitlines()[0]
+        raise errors.UsageError(
+            f"--set {text}: the value is not valid YAML ({problem}); quote it to pass a string, "
+            f"e.g. --set {key}='\"{raw}\"'"
+        ) from e
+    return Override(tuple(path), value, text)
+
+
+def parse_all(texts: Sequence[str]) -> list[Override]:
+    return [parse(t) for t in texts]
+
+
+def _split_dots(key: str) -> list[str]:
+    parts, current, escaped = [], "", False
+    for ch in key:
+        if escaped:
+            current += "\\" + ch
+            escaped = False
+        elif ch == "\\":
+            escaped = True
+        elif ch == ".":
+            parts.append(current)
+            current = ""
+        else:
+            current += ch
+    parts.append(current)
+    return parts
+
+
+def apply(doc: strictyaml.Document, items: Sequence[Override]) -> strictyaml.Document:
+    """A new document with each override set, in order; the overridden paths remember their ``--set``."""
+    if not items:
+        return doc
+    data: dict[str, Any] = _copy(doc.data)
+    origins = dict(doc.origins)
+    for item in items:
+        _set(data, item)
+        origins[item.path] = f"--set {item.text}"
+    return strictyaml.Document(data, doc.lines, origins)
+
+
+def _copy(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _copy(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_copy(v) for v in value]
+    return value
+
+
+def _set(data: dict[str, Any], item: Override) -> None:
+    node: Any = data
+    for depth, part in enumerate(item.path):
+        last = depth == len(item.path) - 1
+        nxt = item.path[depth + 1] if not last else None
+        where = _dotted(item.path[:depth]) or "the profile"
+        if isinstance(part, int):
+            if not isinstance(node, list):
+                raise errors.UsageError(f"--set {item.text}: {where} is not a list, so [{part}] cannot index it")
+            if part > len(node):
+                raise errors.UsageError(
+                    f"--set {item.text}: {where} has {len(node)} item(s); set [{len(node)}] to add one, "
+                    f"or an index below {len(node)} to change one"
+                )
+            if part == len(node):
+                node.append(None)
+        elif not isinstance(node, dict):
+            raise errors.UsageError(
+                f"--set {item.text}: {where} holds a {type(node).__name__}, not a mapping, so it has no key {part!r}"
+            )
+        if last:
+            node[part] = item.value
+            return
+        child = node[part] if (isinstance(part, int) or part in node) else None
+        if child is None:
+            child = [] if isinstance(nxt, int) else {}
+            node[part] = child
+        node = child
+
+
+def _dotted(path: strictyaml.Path) -> str:
+    out = ""
+    for part in path:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out
+
+
+def effective_text(data: dict[str, Any], source: str, changes: Sequence[str]) -> str:
+    """The effective profile as YAML, headed by what changed it, for the release record: the text
+    parses to exactly the profile that was deployed, and says why it differs from the file."""
+    header = [f"# {source}, as deployctl applied it:"] + [f"#   {change}" for change in changes]
+    return (
+        "\n".join(header) + "\n" + yaml.safe_dump(data, sort_keys=False, default_flow_style=False, allow_unicode=True)
+    )
