@@ -251,7 +251,7 @@ def run_helm(kubeconfig: pathlib.Path, namespace: str, values: pathlib.Path, cap
 def render(profile_path: pathlib.Path, out: pathlib.Path) -> tuple[pathlib.Path, pathlib.Path]:
     """The manifests directory (for kubectl) and the chart values (for helm) of one profile."""
     manifests = out / "manifests"
-    for argv in (["-o", str(manifests)], ["--format", "helm-values", "-o", str(out)]):
+    for argv in (["--output-dir", str(manifests)], ["--format", "helm-values", "--output-dir", str(out)]):
         done = subprocess.run(
             [deployhelpers.DEPLOYCTL, "render", str(profile_path), *argv], capture_output=True, text=True, timeout=60
         )

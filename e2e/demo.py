@@ -565,7 +565,7 @@ def story(demo: Demo, paths: dict[str, Path], slow_port: int, good_port: int, re
     )
     demo.deployctl("audit verify", ["audit", "verify", RELEASE, *ns], code=0, expect=["OK: 5 records"])
     export = demo.directory / "audit-export.json"
-    demo.deployctl("audit export", ["audit", "export", RELEASE, *ns, "-o", str(export)], code=0)
+    demo.deployctl("audit export", ["audit", "export", RELEASE, *ns, "--output-file", str(export)], code=0)
     demo.deployctl(
         "audit verify --against",
         ["audit", "verify", RELEASE, *ns, "--against", str(export)],

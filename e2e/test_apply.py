@@ -172,7 +172,10 @@ def test_audit_verify_reports_an_edited_record_with_its_revision(env: ReleaseEnv
     assert env.apply(profile(env.namespace)).code == 0
     assert env.apply(profile(env.namespace, engine={"maxNumSeqs": 16})).code == 0
     exported = env.tmp / "export.json"
-    assert deployctl(env.kubeconfig, "audit", "export", "llm", "-n", env.namespace, "-o", str(exported)).code == 0
+    assert (
+        deployctl(env.kubeconfig, "audit", "export", "llm", "-n", env.namespace, "--output-file", str(exported)).code
+        == 0
+    )
     core = kubernetes.client.CoreV1Api(env.api)
     name = "deployctl.llm.v1"
     cm = core.read_namespaced_config_map(name, env.namespace)
@@ -254,7 +257,7 @@ def test_diff_shows_the_change_a_new_profile_would_make(env: ReleaseEnv) -> None
 def test_gitops_gate_waits_for_the_synced_profile_then_gates_and_records(env: ReleaseEnv) -> None:
     doc = profile(env.namespace)
     path = write_profile(env.tmp, doc)
-    render = deployctl(env.kubeconfig, "render", str(path), "-o", str(env.tmp / "out"))
+    render = deployctl(env.kubeconfig, "render", str(path), "--output-dir", str(env.tmp / "out"))
     assert render.code == 0, render.stderr
 
     def gitops_sync() -> None:  # what Argo CD would do a moment after the pipeline starts waiting

@@ -126,7 +126,7 @@ def test_the_render_mode_runs_under_flux_a_health_checked_kustomization_then_the
     env = gitops.env
     path = write_profile(env.tmp, profile(env.namespace))
     rendered = env.tmp / "rendered"
-    assert deployctl(Path(), "render", str(path), "-o", str(rendered)).code == 0
+    assert deployctl(Path(), "render", str(path), "--output-dir", str(rendered)).code == 0
     files: dict[str, str | None] = {p.name: p.read_text() for p in sorted(rendered.glob("*.yaml"))}
     files["kustomization.yaml"] = yaml.safe_dump({"resources": sorted(files)})
     sha = gitops.commit(files, "rendered manifests of llm")

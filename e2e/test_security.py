@@ -98,7 +98,7 @@ def test_deployctl_bound_to_its_rendered_role_can_run_every_command(env: Env) ->
             (("gate", str(good), "--output", "json", "--timeout", "60"), {0}),
             (("status", "llm", *ns, "--output", "json"), {0}),
             (("history", "llm", *ns, "--output", "json"), {0}),
-            (("audit", "export", "llm", *ns, "-o", str(export)), {0}),
+            (("audit", "export", "llm", *ns, "--output-file", str(export)), {0}),
             (("audit", "verify", "llm", *ns, "--against", str(export)), {0}),
         ]
         for args, codes in steps:
@@ -185,7 +185,7 @@ def test_secret_values_the_profile_references_never_reach_records_exports_or_out
         env.run("status", "llm", *ns, "--output", "yaml"),
         env.run("history", "llm", *ns),
         env.run("history", "llm", *ns, "--output", "json"),
-        env.run("audit", "export", "llm", *ns, "-o", str(export)),
+        env.run("audit", "export", "llm", *ns, "--output-file", str(export)),
         env.run("audit", "verify", "llm", *ns),
     ]
     assert [r.code for r in runs] == [0, 0, 1, 0, 0, 0, 0, 0, 0, 0], [r.stderr for r in runs]
@@ -302,7 +302,7 @@ def test_whole_cli_flow_behind_a_dead_proxy_connects_only_to_the_api_server_and_
         (("gate", str(good), "--timeout", "60"), True, {0}),
         (("status", "llm", *ns), True, {0}),
         (("history", "llm", *ns), True, {0}),
-        (("audit", "export", "llm", *ns, "-o", str(export)), True, {0}),
+        (("audit", "export", "llm", *ns, "--output-file", str(export)), True, {0}),
         (("audit", "verify", "llm", *ns), True, {0}),
         (("audit", "verify", "--file", str(export)), False, {0}),
         (("bench", *bench), False, {0}),

@@ -229,7 +229,7 @@ def synced(env: ReleaseEnv) -> Iterator[Path]:
     """The profile, with its render applied as a GitOps tool would, plus a label only the tool adds."""
     path = write_profile(env.tmp, profile(env.namespace))
     out = env.tmp / "out"
-    assert deployctl(env.kubeconfig, "render", str(path), "-o", str(out)).code == 0
+    assert deployctl(env.kubeconfig, "render", str(path), "--output-dir", str(out)).code == 0
     for file in sorted(out.glob("*.yaml")):
         doc = yaml.safe_load(file.read_text())
         doc["metadata"].setdefault("labels", {})["gitops.example/synced-by"] = "flux"

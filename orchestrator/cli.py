@@ -29,8 +29,10 @@ def _load(path: str, sets: tuple[str, ...] = (), namespace: cli_options.Namespac
     cls=cli_options.Group, context_settings={"auto_envvar_prefix": "DEPLOYCTL", "help_option_names": ["-h", "--help"]}
 )
 @click.version_option(VERSION, prog_name="deployctl")
-def main() -> None:
+@click.pass_context
+def main(ctx: click.Context) -> None:
     """deployctl: plan, render, apply, gate and roll back vLLM inference on Kubernetes."""
+    ctx.color = output.color_setting()  # subcommands inherit it; click.echo keeps or strips colour by it
 
 
 # --- profile commands (no cluster) ----------------------------------------------------------------

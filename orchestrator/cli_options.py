@@ -169,12 +169,14 @@ class Duration(click.ParamType[Any, Any]):
                 seconds = parse_duration(str(value))
             except ValueError as e:
                 self.fail(str(e), param, ctx)
-        if seconds != seconds or seconds in (float("inf"), float("-inf")):
-            self.fail(f"{value!r} is not a finite duration", param, ctx)
+        # NaN and infinity pass through, as click's FloatRange let them: the library that takes the value
+        # names the option in its own message (bench.config_for).
         if seconds < self.minimum or (self.maximum is not None and seconds > self.maximum):
             upper = f" and at most {_show(self.maximum)}" if self.maximum is not None else ""
             self.fail(f"{value!r} is {_show(seconds)}; give at least {_show(self.minimum)}{upper}", param, ctx)
         if self.integer:
+            if seconds != seconds or abs(seconds) == float("inf"):
+                self.fail(f"{value!r} is not a finite duration", param, ctx)
             return round(seconds)
         return seconds
 
@@ -374,6 +376,8 @@ def _with_namespace(
                 f"drop -n, or give -n {own} (the profile's namespace always wins, as with kubectl and a manifest)"
             )
         return doc
+    if namespace.name == "default":
+        return doc  # the profile's own default: the file's text already says what is deployed
     changes.append(f"metadata.namespace={namespace.name} from {namespace.origin}")
     data = {**doc.data, "metadata": {**metadata, "namespace": namespace.name}}
     origins = {**doc.origins, ("metadata", "namespace"): namespace.origin}

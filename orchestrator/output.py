@@ -28,6 +28,16 @@ def color_enabled(stream: TextIO) -> bool:
     return stream.isatty() and os.environ.get("TERM") != "dumb"
 
 
+def color_setting() -> bool | None:
+    """For click.echo, which strips ANSI codes off a non-terminal: True with ``FORCE_COLOR``, False with
+    ``NO_COLOR``, None (click decides by the stream) otherwise."""
+    if os.environ.get("NO_COLOR"):
+        return False
+    if os.environ.get("FORCE_COLOR"):
+        return True
+    return None
+
+
 def paint(text: str, color: str, stream: TextIO | None = None) -> str:
     codes = {"red": "31", "green": "32", "yellow": "33", "bold": "1", "dim": "2"}
     # sys.stdout looked up per call: CliRunner and redirect_stdout swap it after import.

@@ -24,7 +24,7 @@ Conventions the pages follow, so that the tests can read them:
 Statements of fact the pages make in forms tests/test_doc_claims.py checks:
 
 - A block headed `out/ from PROFILE   out/ after FIELD: VALUE` lists, in two columns as `ls` sorts
-  them, the files `deployctl render PROFILE -o out/` leaves in out/, and those a second render with
+  them, the files `deployctl render PROFILE --output-dir out/` leaves in out/, and those a second render with
   FIELD set to VALUE leaves; a listed file not named `NN-kind-name.yaml` is the user's own.
 - A table with the columns `role`, `resources` and `verbs` (names in code spans) lists exactly what
   `deployctl render --format rbac` grants. A sentence naming deployctl's Role (or ClusterRole) says

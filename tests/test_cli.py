@@ -238,8 +238,9 @@ def test_inventory_and_diff_get_the_cluster_options(monkeypatch: pytest.MonkeyPa
     assert run("inventory", "--kubeconfig", "k.yaml", "--context", "c").exit_code == 0
     assert (pools.options.kubeconfig, pools.options.context) == ("k.yaml", "c")
 
-    changes = Recorder("--- live/Deployment/x\n+++ profile/Deployment/x\n")
-    monkeypatch.setattr(views, "diff", changes)
+    changed = {"kind": "Deployment", "name": "x", "namespace": "default", "change": "update"}
+    changes = Recorder([{**changed, "diff": "--- live/Deployment/x\n+++ profile/Deployment/x\n"}])
+    monkeypatch.setattr(views, "diff_objects", changes)
     result = run("diff", str(DEV), "--kubeconfig", "k.yaml")
     assert result.exit_code == 1  # 1: there are changes
     assert changes.options.kubeconfig == "k.yaml" and changes.calls[0][1].metadata.name == "llama3-8b-dev"
@@ -440,7 +441,7 @@ def test_completion_refuses_an_unknown_shell() -> None:
 
 def test_render_out_dir_writes_one_file_per_object_matching_stdout(tmp_path: pathlib.Path) -> None:
     out = tmp_path / "out"
-    result = run("render", str(PROD), "-o", str(out))
+    result = run("render", str(PROD), "--output-dir", str(out))
     assert result.exit_code == 0, result.output
     files = sorted(out.glob("*.yaml"))
     assert [f.name for f in files] == [
@@ -455,7 +456,7 @@ def test_render_out_dir_writes_one_file_per_object_matching_stdout(tmp_path: pat
     stdout = run("render", str(PROD)).stdout
     assert from_files == [d for d in yaml.safe_load_all(stdout) if d]
     again = tmp_path / "again"
-    assert run("render", str(PROD), "-o", str(again)).exit_code == 0
+    assert run("render", str(PROD), "--output-dir", str(again)).exit_code == 0
     assert all(f.read_bytes() == (again / f.name).read_bytes() for f in files)  # deterministic bytes
 
 
@@ -470,13 +471,13 @@ def test_render_helm_values_are_the_libraries_values_for_the_chart(tmp_path: pat
     assert values["image"]["reference"].endswith(
         "@sha256:" + "4f1c7b0d3a5e6f8a9b2c1d0e3f4a5b6c7d8e9f0a1b2c3d4e5f6a7b8c9d0e1f2a"
     )
-    written = run("render", str(PROD), "--format", "helm-values", "-o", str(tmp_path / "values"))
+    written = run("render", str(PROD), "--format", "helm-values", "--output-dir", str(tmp_path / "values"))
     assert written.exit_code == 0
     assert (tmp_path / "values" / "values.yaml").read_text() == result.stdout
 
 
 def test_render_refuses_a_profile_vllm_would_refuse(tmp_path: pathlib.Path) -> None:
     bad = variant(tmp_path, "tensorParallelSize: 4", "tensorParallelSize: 3")
-    result = run("render", str(bad), "-o", str(tmp_path / "out"))
+    result = run("render", str(bad), "--output-dir", str(tmp_path / "out"))
     assert result.exit_code == ExitCode.INVALID_PROFILE
     assert not (tmp_path / "out").exists()

@@ -159,7 +159,7 @@ def test_rendering_into_the_same_directory_leaves_the_files_the_page_lists(listi
     for name in listing.before:
         if not _RENDERED_FILE.match(name):
             (out / name).write_text("# the user's own file\n")
-    _deployctl("render", str(ROOT / listing.profile), "-o", str(out))
+    _deployctl("render", str(ROOT / listing.profile), "--output-dir", str(out))
     files = sorted(p.name for p in out.iterdir())
     assert files == listing.before, f"{listing.where}: rendering {listing.profile} leaves {files}"
 
@@ -171,7 +171,7 @@ def test_rendering_into_the_same_directory_leaves_the_files_the_page_lists(listi
     node[leaf] = listing.value
     variant = tmp_path / "variant.yaml"
     variant.write_text(yaml.safe_dump(data))
-    _deployctl("render", str(variant), "-o", str(out))
+    _deployctl("render", str(variant), "--output-dir", str(out))
     files = sorted(p.name for p in out.iterdir())
     assert files == listing.after, (
         f"{listing.where}: rendering again with {listing.field}: {listing.value} leaves {files}"

@@ -65,7 +65,7 @@ def test_every_profile_command_gives_the_same_does_not_fit_verdict(tmp_path: pat
     assert json.loads(run("validate", str(path), "--output", "json").stdout)["verdict"] == "does-not-fit"
     assert run("plan", str(path)).exit_code == ExitCode.DOES_NOT_FIT
     out = tmp_path / "out"
-    rendered = run("render", str(path), "-o", str(out))
+    rendered = run("render", str(path), "--output-dir", str(out))
     assert rendered.exit_code == ExitCode.DOES_NOT_FIT, rendered.output
     assert not out.exists(), "render wrote manifests apply would refuse"
     assert "line" in rendered.stderr and "does not fit" in rendered.stderr
@@ -76,7 +76,7 @@ def test_every_profile_command_gives_the_same_does_not_fit_verdict(tmp_path: pat
 def test_a_fitting_profile_is_fits_everywhere(tmp_path: pathlib.Path) -> None:
     assert run("validate", str(PROD)).exit_code == ExitCode.OK
     assert run("plan", str(PROD)).exit_code == ExitCode.OK
-    assert run("render", str(PROD), "-o", str(tmp_path / "out")).exit_code == ExitCode.OK
+    assert run("render", str(PROD), "--output-dir", str(tmp_path / "out")).exit_code == ExitCode.OK
     objects = [yaml.safe_load(p.read_text()) for p in sorted((tmp_path / "out").glob("*.yaml"))]
     assert all(conventions.FIT_VERDICT_ANNOTATION not in (o["metadata"].get("annotations") or {}) for o in objects)
 
@@ -84,7 +84,7 @@ def test_a_fitting_profile_is_fits_everywhere(tmp_path: pathlib.Path) -> None:
 def test_render_force_writes_the_verdict_into_every_object_and_warns(tmp_path: pathlib.Path) -> None:
     path = variant(tmp_path, **DOES_NOT_FIT["TP=4 on 2-GPU nodes"])
     out = tmp_path / "out"
-    result = run("render", str(path), "-o", str(out), "--force")
+    result = run("render", str(path), "--output-dir", str(out), "--force")
     assert result.exit_code == ExitCode.OK, result.output
     assert "warning" in result.stderr and "--force" in result.stderr
     objects = [yaml.safe_load(p.read_text()) for p in sorted(out.glob("*.yaml"))]
