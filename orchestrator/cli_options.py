@@ -18,7 +18,7 @@ import re
 import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import click
 
@@ -288,13 +288,37 @@ def resolve_namespace(
 
 
 def profile_argument(required: bool = True) -> Callable[[F], F]:
-    """The PROFILE argument: a path (completed as a file by the shell) or ``-`` for standard input."""
-    return click.argument(
-        "profile_path",
-        metavar="PROFILE",
-        required=required,
-        type=click.Path(dir_okay=True, allow_dash=True),
-    )
+    """The PROFILE argument, a path (completed as a file by the shell) or ``-`` for standard input;
+    ``-f/--filename`` gives the same, as kubectl users type it (``deployctl apply -f profile.yaml``)."""
+    path_type = click.Path(dir_okay=True, allow_dash=True)
+
+    def decorate(fn: F) -> F:
+        @functools.wraps(fn)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            filename = kwargs.pop("filename", None)
+            if filename is not None and kwargs.get("profile_path") is not None:
+                raise click.UsageError(
+                    f"the profile is given twice ({kwargs['profile_path']} and -f {filename}); give PROFILE or -f"
+                )
+            if filename is not None:
+                kwargs["profile_path"] = filename
+            if required and kwargs.get("profile_path") is None:
+                raise click.UsageError(
+                    "missing PROFILE: give a profile file, - to read it from standard input, or -f FILE"
+                )
+            return fn(*args, **kwargs)
+
+        decorated: Any = click.option(
+            "-f",
+            "--filename",
+            type=path_type,
+            metavar="PROFILE",
+            help="The profile, kubectl-style: the same as the PROFILE argument (- reads standard input).",
+        )(wrapper)
+        decorated = click.argument("profile_path", metavar="PROFILE", required=False, type=path_type)(decorated)
+        return cast(F, decorated)
+
+    return decorate
 
 
 def set_option(fn: F) -> F:

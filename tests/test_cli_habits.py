@@ -465,6 +465,16 @@ def test_render_and_plan_read_stdin_like_a_file() -> None:
     assert run("plan", "-", "-o", "json", input=PROD.read_text()).stdout == run("plan", str(PROD), "-o", "json").stdout
 
 
+def test_dash_f_gives_the_profile_as_kubectl_users_type_it(fake_apply: Recorder) -> None:
+    assert run("validate", "-f", str(DEV)).stdout == run("validate", str(DEV)).stdout
+    assert run("apply", "--filename", "-", input=DEV.read_text()).exit_code == 0
+    assert fake_apply.calls[-1][0].source == "<stdin>"
+    twice = run("validate", str(DEV), "-f", str(PROD))
+    assert twice.exit_code == ExitCode.USAGE and "the profile is given twice" in twice.stderr
+    none = run("validate")
+    assert none.exit_code == ExitCode.USAGE and "missing PROFILE" in none.stderr and "-f FILE" in none.stderr
+
+
 # --- 6. --set -------------------------------------------------------------------------------------------
 
 
@@ -579,6 +589,11 @@ def test_profile_arguments_complete_file_paths(command: str) -> None:
     assert run(env=env).stdout.split() == ["file,prof"]
     zsh = run(env={**env, "_DEPLOYCTL_COMPLETE": "zsh_complete"}).stdout.split()
     assert zsh[:2] == ["file", "prof"]
+
+
+def test_dash_f_completes_file_paths() -> None:
+    env = {"_DEPLOYCTL_COMPLETE": "bash_complete", "COMP_WORDS": "deployctl apply -f prof", "COMP_CWORD": "3"}
+    assert run(env=env).stdout.split() == ["file,prof"]
 
 
 def test_bash_source_prints_the_completion_script() -> None:
