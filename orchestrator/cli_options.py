@@ -1,10 +1,12 @@
-"""Option plumbing shared by deployctl's commands: the kubectl and Helm habits users bring.
+"""What deployctl's commands share: the group, errors to exit codes, and the options that carry
+the kubectl and Helm habits users bring.
 
 One vocabulary for ``-o/--output`` (text, json, yaml), durations written as ``90s``/``10m``/``1h30m``,
 the namespace rule (``-n``, else ``DEPLOYCTL_NAMESPACE``, else the kubeconfig context's, else
 ``default``), a PROFILE argument that reads ``-`` from standard input and completes file paths,
 ``--set key=value`` overrides, and ``DEPLOYCTL_<COMMAND>_<OPTION>`` environment variables named
-after the flag a user types rather than click's parameter name.
+after the flag a user types rather than click's parameter name. The commands themselves live in
+``orchestrator.cli`` and ``orchestrator.cli_views``.
 """
 
 from __future__ import annotations
@@ -304,7 +306,7 @@ def profile_argument(required: bool = True) -> Callable[[F], F]:
                 kwargs["profile_path"] = filename
             if required and kwargs.get("profile_path") is None:
                 raise click.UsageError(
-                    "missing PROFILE: give a profile file, - to read it from standard input, or -f FILE"
+                    "Missing argument 'PROFILE': give a profile file, - to read it from standard input, or -f FILE"
                 )
             return fn(*args, **kwargs)
 

@@ -472,7 +472,7 @@ def test_dash_f_gives_the_profile_as_kubectl_users_type_it(fake_apply: Recorder)
     twice = run("validate", str(DEV), "-f", str(PROD))
     assert twice.exit_code == ExitCode.USAGE and "the profile is given twice" in twice.stderr
     none = run("validate")
-    assert none.exit_code == ExitCode.USAGE and "missing PROFILE" in none.stderr and "-f FILE" in none.stderr
+    assert none.exit_code == ExitCode.USAGE and "Missing argument 'PROFILE'" in none.stderr and "-f FILE" in none.stderr
 
 
 # --- 6. --set -------------------------------------------------------------------------------------------
