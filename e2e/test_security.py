@@ -159,6 +159,14 @@ def test_secret_values_the_profile_references_never_reach_records_exports_or_out
     planted = "planted-" + secrets.token_urlsafe(24)
     core = kubernetes.client.CoreV1Api(env.api)
     core.create_namespaced_secret(env.namespace, {"metadata": {"name": "hf-token"}, "stringData": {"token": planted}})
+    # The server's API key (gate.apiKeySecret): the gate reads it and sends it on every /v1 request
+    # of apply's and rollback's health gates and of the smoke runs, to a server that insists on it.
+    core.create_namespaced_secret(
+        env.namespace, {"metadata": {"name": "vllm-api-key"}, "stringData": {"api-key": planted}}
+    )
+    keyed = env.simulator(model="sim-model", ttft_ms=20, itl_ms=5, api_key=planted)
+    env.forward({8000: keyed.port})
+    api_key_secret = {"apiKeySecret": {"name": "vllm-api-key"}}
     docker = {"auths": {"registry.internal": {"auth": base64.b64encode(f"ci:{planted}".encode()).decode()}}}
     core.create_namespaced_secret(
         env.namespace,
@@ -169,11 +177,15 @@ def test_secret_values_the_profile_references_never_reach_records_exports_or_out
         },
     )
     with_secrets: dict[str, Any] = {"credentialsSecret": "hf-token"}
-    good = env.write(profile(env.namespace, model=with_secrets, engine={"imagePullSecrets": ["regcred"]}), "good.yaml")
-    upgrade = env.write(
-        profile(env.namespace, model=with_secrets, engine={"imagePullSecrets": ["regcred"], "maxNumSeqs": 16}),
-        "upgrade.yaml",
+    good_doc = profile(env.namespace, model=with_secrets, engine={"imagePullSecrets": ["regcred"]}, gate=api_key_secret)
+    good = env.write(good_doc, "good.yaml")
+    upgrade_doc = profile(
+        env.namespace,
+        model=with_secrets,
+        engine={"imagePullSecrets": ["regcred"], "maxNumSeqs": 16},
+        gate=api_key_secret,
     )
+    upgrade = env.write(upgrade_doc, "upgrade.yaml")
     export = env.tmp / "export.json"
     ns = ("-n", env.namespace)
     runs = [
@@ -191,7 +203,8 @@ def test_secret_values_the_profile_references_never_reach_records_exports_or_out
     assert [r.code for r in runs] == [0, 0, 1, 0, 0, 0, 0, 0, 0, 0], [r.stderr for r in runs]
     records = _record_texts(env)
     assert len(records) == 3
-    assert all("hf-token" in text and "regcred" in text for text in records)  # the names are kept
+    assert all("hf-token" in text and "regcred" in text and "vllm-api-key" in text for text in records)  # names kept
+    assert json.loads(runs[1].stdout)["gate"]["verdict"] == "pass"  # the key was sent and taken
     haystacks = {
         "output": "".join(r.stdout + r.stderr for r in runs),
         "records": "".join(records),

@@ -35,7 +35,7 @@ from orchestrator import bench_report, errors, http, metrics, sse, workload
 if TYPE_CHECKING:
     from orchestrator import profile as profile_mod
 
-CHAT_PATH = "/v1/chat/completions"
+CHAT_PATH = workload.CHAT_PATH
 LOOP_PROBE_INTERVAL_S = 0.01
 _SHARD_START_TIMEOUT_S = 600.0
 
@@ -169,7 +169,7 @@ class _Stream:
 
 
 async def send_one(
-    client: http.StreamClient, body: bytes, prompt_tokens_estimate: int, timeout: float
+    client: http.StreamClient, body: bytes, prompt_tokens_estimate: int, timeout: float, path: str = CHAT_PATH
 ) -> metrics.RequestSample:
     """Send one request and time it; failures are recorded in the sample, never raised."""
     called = client.clock()
@@ -181,7 +181,7 @@ async def send_one(
         sample.send_delay = at - called
 
     try:
-        async with contextlib.aclosing(client.stream_post(CHAT_PATH, body, sent)) as chunks:
+        async with contextlib.aclosing(client.stream_post(path, body, sent)) as chunks:
             async for arrival, chunk in chunks:
                 if not stream.take(arrival, stream.decoder.feed(chunk)):
                     break
@@ -195,7 +195,10 @@ async def send_one(
     except http.EndpointTimeout as e:
         stream.fail(metrics.FailureKind.TIMEOUT, e.message)
     except http.EndpointStatusError as e:
-        stream.fail(metrics.FailureKind.HTTP_STATUS, e.message)
+        if http.is_unauthorized(e):
+            stream.fail(metrics.FailureKind.UNAUTHORIZED, f"{e.message} (the server wants another API key)")
+        else:
+            stream.fail(metrics.FailureKind.HTTP_STATUS, e.message)
     except errors.EndpointError as e:
         stream.fail(metrics.FailureKind.PROTOCOL, e.message)
     sample.end = client.clock()
@@ -250,10 +253,11 @@ async def _warm_up(client: http.StreamClient, config: BenchConfig, shard: _Shard
             prompt, estimate = workload.build_prompt(
                 config.seed, -1 - i, f"{run_id}-w{shard.index}-{i}", config.input_tokens
             )
-            outcomes.append(await send_one(client, workload.request_body(config, prompt), estimate, config.timeout))
+            body = workload.request_body(config, prompt)
+            outcomes.append(await send_one(client, body, estimate, config.timeout, config.endpoint))
 
     await asyncio.gather(*(worker() for _ in range(min(shard.warmup, shard.concurrency))))
-    if all(s.failure in metrics.TRANSPORT_FAILURES for s in outcomes):
+    if all(s.failure in metrics.UNMEASURED_FAILURES for s in outcomes):
         return f"all {len(outcomes)} warm-up requests failed: {outcomes[0].error}"
     return None
 
@@ -273,7 +277,7 @@ async def _measure(
     async def one(index: int) -> None:
         prompt, estimate = workload.build_prompt(config.seed, index, f"{run_id}-{index}", config.input_tokens)
         body = workload.request_body(config, prompt)
-        samples.append(await send_one(client, body, estimate, config.timeout))
+        samples.append(await send_one(client, body, estimate, config.timeout, config.endpoint))
 
     if shard.arrivals is None:
         # The first slot to run out of work ends the steady state: from then on fewer than
@@ -319,10 +323,11 @@ async def _run_shard(
     clock: Callable[[], float] = time.perf_counter,
     transport: Any = None,
     barrier: Callable[[], None] | None = None,
+    api_key: str | None = None,
 ) -> _ShardResult:
     read_timeout = min(config.stall_timeout, config.timeout)
     client = http.StreamClient(
-        config.url, shard.concurrency, read_timeout=read_timeout, clock=clock, transport=transport
+        config.url, shard.concurrency, read_timeout=read_timeout, clock=clock, transport=transport, api_key=api_key
     )
     async with client:
         aborted = await _warm_up(client, config, shard, run_id)
@@ -364,17 +369,22 @@ def _plan(config: BenchConfig) -> list[_Shard]:
 
 
 def _shard_process(
-    config_json: str, shard: _Shard, run_id: str, barrier: Any, results: multiprocessing.Queue[Any]
+    config_json: str,
+    shard: _Shard,
+    run_id: str,
+    barrier: Any,
+    results: multiprocessing.Queue[Any],
+    api_key: str | None,
 ) -> None:
     config = BenchConfig.model_validate_json(config_json)
 
     def wait() -> None:
         barrier.wait(_SHARD_START_TIMEOUT_S)
 
-    results.put((shard.index, asyncio.run(_run_shard(config, shard, run_id, barrier=wait))))
+    results.put((shard.index, asyncio.run(_run_shard(config, shard, run_id, barrier=wait, api_key=api_key))))
 
 
-def _run_sharded(config: BenchConfig, shards: Sequence[_Shard], run_id: str) -> list[_ShardResult]:
+def _run_sharded(config: BenchConfig, shards: Sequence[_Shard], run_id: str, api_key: str | None) -> list[_ShardResult]:
     # spawn, not fork: the caller may hold threads (Kubernetes watches) that fork would copy half-done.
     ctx = multiprocessing.get_context("spawn")
     barrier = ctx.Barrier(len(shards))
@@ -382,7 +392,8 @@ def _run_sharded(config: BenchConfig, shards: Sequence[_Shard], run_id: str) -> 
     procs = [
         ctx.Process(
             target=_shard_process,
-            args=(config.model_dump_json(), shard, run_id, barrier, results),
+            # The key goes to the child as an argument, never in the config, which reports keep.
+            args=(config.model_dump_json(), shard, run_id, barrier, results, api_key),
             name=f"deployctl-bench-{shard.index}",
             daemon=True,
         )
@@ -422,28 +433,34 @@ async def run_async(
     clock: Callable[[], float] = time.perf_counter,
     transport: Any = None,
     run_id: str | None = None,
+    api_key: str | None = None,
 ) -> BenchReport:
     """One run in the current event loop and process (``processes`` is ignored).
 
     ``clock`` and ``transport`` (an ``httpx`` transport, handed through to :mod:`orchestrator.http`)
-    let tests replace time and the network; ``run_id`` fixes the nonce prefix.
+    let tests replace time and the network; ``run_id`` fixes the nonce prefix. ``api_key`` is sent
+    as a Bearer token and kept out of the report.
     """
     run_id = run_id or secrets.token_hex(4)
     [shard] = _plan(config.model_copy(update={"processes": 1}))
     wall = datetime.datetime.now(datetime.timezone.utc)
-    result = await _run_shard(config, shard, run_id, clock=clock, transport=transport)
+    result = await _run_shard(config, shard, run_id, clock=clock, transport=transport, api_key=api_key)
     return _report(config, run_id, wall, [result])
 
 
-def run(config: BenchConfig) -> BenchReport:
-    """Run the benchmark and return its report; server failures are in the report, never raised."""
+def run(config: BenchConfig, *, api_key: str | None = None) -> BenchReport:
+    """Run the benchmark and return its report; server failures are in the report, never raised.
+
+    ``api_key`` (the server's ``--api-key``) is not part of ``config`` on purpose: the config is
+    stored with every report, and a key must never be.
+    """
     http.check_url(config.url)  # fail once here, not once per client process
     shards = _plan(config)
     if len(shards) == 1:
-        return asyncio.run(run_async(config))
+        return asyncio.run(run_async(config, api_key=api_key))
     run_id = secrets.token_hex(4)
     wall = datetime.datetime.now(datetime.timezone.utc)
-    return _report(config, run_id, wall, _run_sharded(config, shards, run_id))
+    return _report(config, run_id, wall, _run_sharded(config, shards, run_id, api_key))
 
 
 def _report(config: BenchConfig, run_id: str, wall: datetime.datetime, results: Sequence[_ShardResult]) -> BenchReport:

@@ -47,8 +47,13 @@ class BenchReport(metrics.Metrics):
         """Why these numbers cannot be trusted as a measurement of the server, or None."""
         if self.aborted:
             return self.aborted
-        transport = sum(self.failures.get(kind.value, 0) for kind in metrics.TRANSPORT_FAILURES)
         attempted = self.completed + self.failed
+        refused = self.failures.get(metrics.FailureKind.UNAUTHORIZED.value, 0)
+        if refused:
+            # A key problem is never the model's fault, however few requests it hit.
+            first = next((e for e in self.errors if "API key" in e), "no message")
+            return f"{refused} of {attempted} requests were refused as unauthorized (e.g. {first})"
+        transport = sum(self.failures.get(kind.value, 0) for kind in metrics.TRANSPORT_FAILURES)
         # A server that refuses or stalls most connections has not been measured; a few such
         # failures among many answers are the server's errors and count in error_rate instead.
         if attempted and transport * 2 > attempted:

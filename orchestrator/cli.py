@@ -14,7 +14,7 @@ from typing import Any
 import click
 
 import orchestrator
-from orchestrator import cli_options, cli_views, errors, output
+from orchestrator import bench_cli, cli_options, cli_views, errors, output
 from orchestrator.errors import ExitCode
 
 VERSION = orchestrator.__version__
@@ -212,7 +212,12 @@ def render(
 
         emit.objects([profile_mod.to_object(prof)])
         return
-    emit.objects(render_mod.rbac(prof.metadata.namespace) if fmt == "rbac" else render_mod.render(prof, plan))
+    key_secret = prof.gate.apiKeySecret.name if prof.gate.apiKeySecret else None
+    emit.objects(
+        render_mod.rbac(prof.metadata.namespace, api_key_secret=key_secret)
+        if fmt == "rbac"
+        else render_mod.render(prof, plan)
+    )
 
 
 class _Emitter:
@@ -445,91 +450,16 @@ def rollback(
 
 
 @main.command("bench")
-@click.option("--url", required=True, help="Base URL of the OpenAI-compatible server (a trailing /v1 is dropped).")
-@click.option("--model", required=True, help="Served model name, as GET /v1/models lists it.")
-@click.option(
-    "--engine",
-    type=click.Choice(["vllm", "tgi", "trtllm", "sglang"]),
-    default="vllm",
-    show_default=True,
-    help="The server's engine: it decides how a request spells its output limit (TGI refuses both spellings, "
-    "TensorRT-LLM the newer).",
-)
-@click.option("--concurrency", type=click.IntRange(1), default=16, show_default=True)
-@click.option("--requests", "requests_", type=click.IntRange(1), default=64, show_default=True)
-@click.option("--input-tokens", type=click.IntRange(1), default=512, show_default=True)
-@click.option("--output-tokens", type=click.IntRange(2), default=128, show_default=True)
-@click.option("--warmup", type=click.IntRange(0), default=4, show_default=True)
-@click.option(
-    "--duration", type=cli_options.Duration(0.1), help="Stop after this long (30s, 5m) instead of --requests."
-)
-@click.option("--request-rate", type=click.FloatRange(0.001), help="Open-loop Poisson arrivals per second.")
-@click.option("--burstiness", type=click.FloatRange(0.01), default=1.0, show_default=True)
-@click.option("--seed", type=int, default=0, show_default=True)
-@click.option("--timeout", type=cli_options.Duration(1), default=600, show_default=True, help="Per request: 90s, 10m.")
-@click.option(
-    "--processes",
-    type=click.IntRange(1),
-    help="Client processes to spread the streams over (default: one per 128 streams, at most one per core).",
-)
-@click.option(
-    "--max-error-rate",
-    type=click.FloatRange(0, 1),
-    default=0.0,
-    show_default=True,
-    help="Exit 5 when more than this fraction of the requests failed.",
-)
-@click.option("--save", type=click.Path(dir_okay=False), help="Write the JSON report and an HTML report beside it.")
+@bench_cli.options
 @cli_options.output_option(("text", "json"), "text", aliases={"table": "text"})
 @cli_options.handles_errors
-def bench_cmd(
-    url: str,
-    model: str,
-    engine: str,
-    concurrency: int,
-    requests_: int,
-    input_tokens: int,
-    output_tokens: int,
-    warmup: int,
-    duration: float | None,
-    request_rate: float | None,
-    burstiness: float,
-    seed: int,
-    timeout: float,
-    processes: int | None,
-    max_error_rate: float,
-    save: str | None,
-    output_format: str,
-) -> None:
-    """The smoke benchmark alone (vLLM `bench serve` metric names).
+def bench_cmd(output_format: str, **options: Any) -> None:
+    """The smoke benchmark alone (vLLM `bench serve` metric names, and its flag names too).
 
     Exits 5 when nothing could be measured, no request completed, or the error rate is above
     --max-error-rate; the report is printed (and saved) first.
     """
-    from orchestrator import bench
-
-    config = bench.config_for(
-        url,
-        model=model,
-        engine=engine,
-        concurrency=concurrency,
-        requests=requests_,
-        input_tokens=input_tokens,
-        output_tokens=output_tokens,
-        warmup=warmup,
-        duration=duration,
-        request_rate=request_rate,
-        burstiness=burstiness,
-        seed=seed,
-        timeout=timeout,
-        processes=processes,
-    )
-    report = bench.run(config)
-    click.echo(report.to_json() if output_format == "json" else bench.format_table(report))
-    if save:
-        for written in bench.save(report, pathlib.Path(save)):
-            click.echo(f"wrote {written}", err=True)
-    problem = report.failure_reason(max_error_rate)
+    problem = bench_cli.run(output_format, options)
     if problem:
         # Not raised: handles_errors would add an error object to stdout, which holds the report.
         cli_options.fail(errors.EndpointError(problem))

@@ -18,6 +18,7 @@ class HealthReport:
     ok: bool
     targets: dict[str, str]  # target -> "healthy" or what was wrong
     elapsed: float
+    unauthorized: str | None = None  # the server refused our API key (HTTP 401/403): what it said
 
     def to_json(self) -> dict[str, object]:
         return {"ok": self.ok, "targets": self.targets, "elapsed_s": round(self.elapsed, 2)}
@@ -35,8 +36,13 @@ def wait_healthy(
     interval: float = 1.0,
     path: str = "/health",
     progress: Callable[[str], None] = lambda _msg: None,
+    api_key: str | None = None,
 ) -> HealthReport:
-    """Poll each ``name -> base URL`` until all answer ``path`` and serve ``model``, or the deadline passes."""
+    """Poll each ``name -> base URL`` until all answer ``path`` and serve ``model``, or the deadline passes.
+
+    ``path`` is asked without credentials (vLLM leaves /health open), /v1/models with ``api_key``.
+    A refused key ends the wait at once: waiting longer does not change the key.
+    """
     start = time.monotonic()
     if not targets:
         # all() of nothing is True: an empty list must not pass the gate unchecked.
@@ -46,7 +52,9 @@ def wait_healthy(
         for name, url in targets.items():
             if state[name] == "healthy":
                 continue
-            state[name] = _check_one(url, model, path)
+            state[name], refused = _check_one(url, model, path, api_key)
+            if refused is not None:
+                return HealthReport(False, state, time.monotonic() - start, unauthorized=refused)
         if all(v == "healthy" for v in state.values()):
             return HealthReport(True, state, time.monotonic() - start)
         if time.monotonic() - start >= timeout:
@@ -56,14 +64,15 @@ def wait_healthy(
         time.sleep(interval)
 
 
-def _check_one(url: str, model: str, path: str) -> str:
+def _check_one(url: str, model: str, path: str, api_key: str | None) -> tuple[str, str | None]:
+    """The target's state, and what the server said when it refused the key (else None)."""
     result = http.check_health(url, timeout=5.0, path=path)
     if not result.ok:
-        return f"{path}: {result.detail}"
+        return f"{path}: {result.detail}", None
     try:
-        models = http.served_models(url, timeout=5.0)
+        models = http.served_models(url, timeout=5.0, api_key=api_key)
     except errors.EndpointError as e:
-        return f"/v1/models: {e.message}"
+        return f"/v1/models: {e.message}", (e.message if http.is_unauthorized(e) else None)
     if model not in models:
-        return f"/v1/models lists {models or 'nothing'}, not {model!r}"
-    return "healthy"
+        return f"/v1/models lists {models or 'nothing'}, not {model!r}", None
+    return "healthy", None

@@ -10,6 +10,10 @@ converted at this boundary (``raise ... from e``) into children of
 * :class:`EndpointStatusError`: an HTTP status other than the one expected.
 * :class:`EndpointProtocolError`: the connection dropped or the answer was not what HTTP/JSON allows.
 
+An API key (vLLM's ``--api-key``) travels as ``Authorization: Bearer KEY`` on the ``/v1/*`` calls
+only; ``/health`` stays unauthenticated, as vLLM leaves it. The key is a header and nothing else:
+no message built here quotes a request's headers, so it cannot leak into an error or a record.
+
 Proxy variables from the environment are ignored (``trust_env=False``): the endpoint is an
 in-cluster or on-prem address, and a proxy in the path would both distort timings and send
 benchmark traffic somewhere it was never meant to go.
@@ -84,6 +88,16 @@ def _convert(exc: httpx.HTTPError, url: str) -> errors.EndpointError:
     return EndpointProtocolError(f"{url}: the connection failed mid-answer ({type(exc).__name__}: {detail})")
 
 
+def auth_headers(api_key: str | None) -> dict[str, str]:
+    """The header an OpenAI-compatible server checks its ``--api-key`` against; none without a key."""
+    return {"Authorization": f"Bearer {api_key}"} if api_key else {}
+
+
+def is_unauthorized(exc: errors.EndpointError) -> bool:
+    """True when the server refused the request's credentials (HTTP 401 or 403)."""
+    return isinstance(exc, EndpointStatusError) and exc.status in (401, 403)
+
+
 def check_url(base_url: str) -> str:
     """The URL without a trailing slash; UsageError if it can never work (not http(s), no host)."""
     try:
@@ -115,9 +129,12 @@ class StreamClient:
         connect_timeout: float = CONNECT_TIMEOUT_S,
         clock: Clock = time.perf_counter,
         transport: httpx.AsyncBaseTransport | None = None,
+        api_key: str | None = None,
     ) -> None:
         self.base_url = check_url(base_url)
         self.clock = clock
+        # Compression would make the server buffer tokens, which distorts inter-token timing.
+        headers = {"Accept-Encoding": "identity", **auth_headers(api_key)}
         self._client = httpx.AsyncClient(
             base_url=self.base_url,
             limits=httpx.Limits(
@@ -130,8 +147,7 @@ class StreamClient:
             timeout=httpx.Timeout(connect=connect_timeout, read=read_timeout, write=read_timeout, pool=connect_timeout),
             transport=transport,
             trust_env=False,
-            # Compression would make the server buffer tokens, which distorts inter-token timing.
-            headers={"Accept-Encoding": "identity"},
+            headers=headers,
         )
 
     async def __aenter__(self) -> StreamClient:
@@ -234,12 +250,18 @@ def check_health(
     return HealthResult(False, response.status_code, f"HTTP {response.status_code}: {text}", elapsed)
 
 
-def served_models(base_url: str, *, timeout: float = 10.0, transport: httpx.BaseTransport | None = None) -> list[str]:
+def served_models(
+    base_url: str,
+    *,
+    timeout: float = 10.0,
+    transport: httpx.BaseTransport | None = None,
+    api_key: str | None = None,
+) -> list[str]:
     """The model ids that ``GET {base_url}/v1/models`` lists; raises an EndpointError on failure."""
     url = check_url(base_url) + "/v1/models"
     try:
         with _sync_client(timeout, transport) as client:
-            response = client.get(url)
+            response = client.get(url, headers=auth_headers(api_key))
     except httpx.HTTPError as e:
         raise _convert(e, url) from e
     if response.status_code != 200:

@@ -36,7 +36,7 @@ DISPATCH_LAG_LIMIT_MS = 50.0  # open loop: p99 of (actual send - scheduled arriv
 
 
 class FailureKind(str, enum.Enum):
-    """Why a request failed; CONNECT and TIMEOUT mean "could not measure", the rest are server faults."""
+    """Why a request failed; CONNECT, TIMEOUT and UNAUTHORIZED mean "could not measure", the rest are server faults."""
 
     CONNECT = "connect"  # connection refused or unreachable
     TIMEOUT = "timeout"  # stalled stream (read timeout) or the per-request deadline passed
@@ -44,9 +44,13 @@ class FailureKind(str, enum.Enum):
     STREAM_ERROR = "stream_error"  # an {"error": ...} event inside a 200 stream
     PROTOCOL = "protocol"  # dropped connection, malformed event, stream ended without [DONE]
     NO_TOKENS = "no_tokens"  # a complete stream that carried no output
+    # HTTP 401/403: the server wants another API key. Our credentials, not the model, are wrong.
+    UNAUTHORIZED = "unauthorized"
 
 
 TRANSPORT_FAILURES = frozenset({FailureKind.CONNECT, FailureKind.TIMEOUT})
+# Failures that say nothing about the model: the server was not reached, or refused our key.
+UNMEASURED_FAILURES = TRANSPORT_FAILURES | {FailureKind.UNAUTHORIZED}
 
 
 @dataclasses.dataclass(slots=True)

@@ -18,7 +18,7 @@ from typing import Annotated, Any, Literal
 import pydantic
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 
-from orchestrator import catalog, engines, errors, slo, strictyaml, vllm_flags
+from orchestrator import catalog, engines, errors, gate_auth, slo, strictyaml, vllm_flags
 
 API_VERSION = "deployctl/v1"
 KIND = "InferenceProfile"
@@ -558,6 +558,11 @@ class GateSpec(_Model):
         gt=0,
         le=1000,
         description="Fail when a gated metric is worse than the last good release by more than this percent.",
+    )
+    apiKeySecret: gate_auth.ApiKeySecret | None = Field(
+        default=None,
+        description="Where the server's API key (vllm serve --api-key) lives, for the gate's /v1 requests. Unset: "
+        "the server takes requests without a key. Only the Secret's name is stored, never the key.",
     )
 
     @pydantic.field_validator("endpoint")

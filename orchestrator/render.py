@@ -606,12 +606,14 @@ def _verdict_text(plan: planner.Plan) -> str:
     return f"{plan.verdict} (rendered with --force): " + " ".join(problems)
 
 
-def rbac(namespace: str, service_account: str = "deployctl") -> list[dict[str, Any]]:
+def rbac(namespace: str, service_account: str = "deployctl", api_key_secret: str | None = None) -> list[dict[str, Any]]:
     """What deployctl itself may do: a Role in ``namespace``, read-only nodes and pods cluster-wide.
 
-    Returns the ServiceAccount, Role, RoleBinding, ClusterRole and ClusterRoleBinding.
+    Returns the ServiceAccount, Role, RoleBinding, ClusterRole and ClusterRoleBinding. With
+    ``api_key_secret`` (the profile's gate.apiKeySecret name) the Role may also get that Secret.
     """
-    return _render_template(_RBAC_TEMPLATE, {"namespace": namespace, "service_account": service_account})
+    values = {"namespace": namespace, "service_account": service_account, "api_key_secret": api_key_secret}
+    return _render_template(_RBAC_TEMPLATE, values)
 
 
 CONTROLLER_TEMPLATE = "controller.yaml.j2"
@@ -686,11 +688,13 @@ _NOT_YAML_PRINTABLE = re.compile("[\x7f-\x84\x86-\x9f\ud800-\udfff\ufffe\uffff]"
 
 
 def _templates_dir() -> pathlib.Path:
-    # Installed, the templates are the package orchestrator.manifests; in a source checkout that
-    # package does not exist and they sit beside orchestrator/ in manifests/.
-    if importlib.util.find_spec("orchestrator.manifests") is not None:
-        return pathlib.Path(str(importlib.resources.files("orchestrator.manifests")))
-    return pathlib.Path(__file__).resolve().parent.parent / "manifests"
+    # In a source checkout the templates sit beside orchestrator/ in manifests/; installed, they are
+    # the package orchestrator.manifests. The checkout's own come first: an editable install made
+    # from another checkout (a git worktree sharing a venv) maps the package to that one's files.
+    beside = pathlib.Path(__file__).resolve().parent.parent / "manifests"
+    if (beside / _RBAC_TEMPLATE).is_file() or importlib.util.find_spec("orchestrator.manifests") is None:
+        return beside
+    return pathlib.Path(str(importlib.resources.files("orchestrator.manifests")))
 
 
 # --- output ----------------------------------------------------------------------------------------

@@ -11,7 +11,18 @@ import dataclasses
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
-from orchestrator import engines, errors, gate, group_rollout, health, releases, rollout, startup_log
+from orchestrator import (
+    engines,
+    errors,
+    gate,
+    gate_auth,
+    group_rollout,
+    health,
+    metrics,
+    releases,
+    rollout,
+    startup_log,
+)
 from orchestrator.kube import Kube, PortForwarder
 from orchestrator.outcome import Failure, Timings
 from orchestrator.profile import Profile
@@ -41,6 +52,7 @@ class GateSpec:
     group: group_rollout.GroupWatch | None = None  # copies that span nodes; None: a Deployment
     engine: str = engines.DEFAULT_KIND  # whose crash lines and start-up log to read
     health_path: str = "/health"  # the engine's "model loaded" endpoint
+    api_key_secret: gate_auth.ApiKeySecret | None = None  # gate.apiKeySecret: the server wants a key
 
 
 def spec_of(
@@ -66,6 +78,7 @@ def spec_of(
         group=group_watch(objects, float(profile.rollout.groupJoinSeconds)),
         engine=profile.engine.kind,
         health_path=profile.engine.engine.health_path,
+        api_key_secret=profile.gate.apiKeySecret,
     )
 
 
@@ -125,7 +138,18 @@ def stored_spec(
         group=group_watch(objects, float(join_seconds)),
         engine=engine,
         health_path=str((probe.get("httpGet") or {}).get("path") or engines.get(engine).health_path),
+        api_key_secret=_stored_key_secret(settings.get("apiKeySecret")),
     )
+
+
+def _stored_key_secret(stored: object) -> gate_auth.ApiKeySecret | None:
+    """The stored revision's gate.apiKeySecret: a rollback's health gate needs the same key."""
+    if not isinstance(stored, dict):
+        return None
+    try:
+        return gate_auth.ApiKeySecret.model_validate(stored)
+    except ValueError:  # pydantic's ValidationError: a record edited by hand; gate without a key
+        return None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -179,6 +203,12 @@ def verify(
     if not result.ok:
         assert result.failure is not None
         return Judgement(Failure(result.failure.cls, result.failure.message, "rollout"))
+    api_key: str | None = None
+    if spec.api_key_secret is not None:
+        try:
+            api_key = gate_auth.read(kube.get, namespace, spec.api_key_secret)
+        except gate_auth.ApiKeyUnavailable as e:
+            return _could_not_measure(e.message)
     with contextlib.ExitStack() as forwards:
         with timings.phase("health"):  # opening the port-forwards is part of reaching the pods
             urls = forwards.enter_context(pod_urls(kube, namespace, result.new_pods, spec.port, spec.endpoint))
@@ -188,7 +218,10 @@ def verify(
                 timeout=spec.health_timeout,
                 path=spec.health_path,
                 progress=lambda m: report(phase or "health", m),
+                api_key=api_key,
             )
+        if healthy.unauthorized is not None:
+            return _could_not_measure(gate_auth.refused_message(namespace, spec.api_key_secret, healthy.unauthorized))
         if not healthy.ok:
             message = f"the new pods did not pass the health gate: {healthy.explain()}"
             return Judgement(Failure("health", message, "health"))
@@ -199,11 +232,20 @@ def verify(
         if spec.smoke is None:
             return Judgement(None, observed=observed)
         with timings.phase("smoke"):
-            verdict = run_smoke(spec.smoke, next(iter(urls.values())), previous, report)
+            verdict = run_smoke(spec.smoke, next(iter(urls.values())), previous, report, api_key=api_key)
+            if verdict.verdict is gate.Verdict.ERROR and _refused(verdict):
+                refused = gate_auth.refused_message(namespace, spec.api_key_secret, "HTTP 401 on the smoke requests")
+                return _could_not_measure(refused, observed)
     if verdict.verdict in (gate.Verdict.FAIL, gate.Verdict.ERROR):
         cls = "slo_failed" if verdict.verdict == gate.Verdict.FAIL else "gate_error"
         return Judgement(Failure(cls, verdict.summary(), "smoke"), verdict, observed)
     return Judgement(None, verdict, observed)
+
+
+def _could_not_measure(message: str, observed: tuple[startup_log.Observation, ...] = ()) -> Judgement:
+    """A gate that could not measure (the API key): an Error verdict, never a Fail, rolled back
+    like any failed gate because the revision was never shown to serve."""
+    return Judgement(Failure("gate_error", message, "health"), gate.error_report(message), observed)
 
 
 def startup_observations(
@@ -222,7 +264,9 @@ def startup_observations(
     return tuple(found)
 
 
-def run_smoke(profile: Profile, url: str, previous: Mapping[str, Any] | None, report: Reporter) -> gate.GateReport:
+def run_smoke(
+    profile: Profile, url: str, previous: Mapping[str, Any] | None, report: Reporter, *, api_key: str | None = None
+) -> gate.GateReport:
     """The smoke benchmark through ``url`` and its verdict; an Error verdict is retried a few times, and one
     that is inconclusive because the client could not keep up is measured once more."""
     from orchestrator import bench, errors  # bench imported here: an apply with --skip-bench never pays for it
@@ -236,7 +280,7 @@ def run_smoke(profile: Profile, url: str, previous: Mapping[str, Any] | None, re
         attempt += 1
         report("smoke", f"smoke benchmark: {smoke.requests} requests, {smoke.concurrency} streams (attempt {attempt})")
         try:
-            measured = bench.run(config)
+            measured = bench.run(config, api_key=api_key)
         except errors.EndpointError as e:
             verdict = gate.error_report(e.message)
         else:
@@ -248,13 +292,19 @@ def run_smoke(profile: Profile, url: str, previous: Mapping[str, Any] | None, re
                 max_regression_pct=profile.gate.maxRegression,
             )
         report("smoke", verdict.summary())
-        if verdict.verdict is gate.Verdict.ERROR and errors_left > 0:
+        if verdict.verdict is gate.Verdict.ERROR and errors_left > 0 and not _refused(verdict):
             errors_left -= 1
         elif verdict.client_bound() and client_bound_left > 0:
             client_bound_left -= 1
             report("smoke", "the benchmark client could not keep up: measuring once more")
         else:
             return verdict
+
+
+def _refused(verdict: gate.GateReport) -> bool:
+    """Whether the server refused the smoke requests' key: a retry would be refused again."""
+    failures = verdict.bench.get("failures") or {}
+    return bool(failures.get(metrics.FailureKind.UNAUTHORIZED.value))
 
 
 @contextlib.contextmanager

@@ -19,6 +19,10 @@ import pydantic
 
 from orchestrator import engines
 
+Endpoint = Literal["/v1/chat/completions", "/v1/completions"]
+CHAT_PATH: Endpoint = "/v1/chat/completions"
+COMPLETIONS_PATH: Endpoint = "/v1/completions"  # what `vllm bench serve --endpoint` defaults to
+ENDPOINTS = (CHAT_PATH, COMPLETIONS_PATH)
 # Measured on a 2-core machine (bench/bench_smoke.py, docs/benchmark.md): one client process keeps
 # TTFT and TPOT within 5 %, unflagged, up to ~192 streams at 20 ms per token; 128 leaves a margin.
 STREAMS_PER_PROCESS = 128
@@ -53,6 +57,10 @@ class BenchConfig(pydantic.BaseModel):
     model: str = pydantic.Field(min_length=1, description="Model name as /v1/models lists it.")
     engine: Literal["vllm", "tgi", "trtllm", "sglang"] = pydantic.Field(
         default="vllm", description="The server's engine: it decides the request's spelling of max_tokens."
+    )
+    endpoint: Endpoint = pydantic.Field(
+        default=CHAT_PATH,
+        description="The API path requests go to: chat messages, or a plain prompt as vLLM's bench sends.",
     )
     concurrency: int = pydantic.Field(
         default=64, ge=1, description="Streams kept in flight (closed loop), or the cap with request_rate."
@@ -144,14 +152,21 @@ def _estimate_tokens(nonce: str) -> int:
 
 
 def request_body(config: BenchConfig, prompt: str) -> bytes:
-    """The JSON body of one streaming chat request."""
-    return json.dumps(
-        {
-            "model": config.model,
+    """The JSON body of one streaming chat (or, for /v1/completions, plain prompt) request."""
+    if config.endpoint == COMPLETIONS_PATH:
+        # The legacy completions API has max_tokens only (max_completion_tokens is chat's).
+        shaped: dict[str, object] = {"prompt": prompt, "max_tokens": config.output_tokens}
+    else:
+        shaped = {
             "messages": [{"role": "user", "content": prompt}],
             # The engine's names for the output limit: older servers read max_tokens, newer ones
             # max_completion_tokens, and TGI takes either but refuses both (a duplicate field).
             **dict.fromkeys(engines.get(config.engine).output_limit_fields, config.output_tokens),
+        }
+    return json.dumps(
+        {
+            "model": config.model,
+            **shaped,
             "ignore_eos": True,
             "temperature": 0,
             "stream": True,

@@ -290,7 +290,7 @@ def test_a_client_bound_run_is_measured_once_more_and_a_clean_second_run_decides
 
     prof = profile.load(pathlib.Path(__file__).resolve().parent.parent / "profiles" / "dev-tp2.yaml")
     runs = iter([report(client=saturated()), report()])
-    monkeypatch.setattr(bench, "run", lambda _config: next(runs))
+    monkeypatch.setattr(bench, "run", lambda _config, api_key=None: next(runs))
     said: list[str] = []
     verdict = verify.run_smoke(prof, "http://infer:8000", None, lambda _phase, message: said.append(message))
     assert verdict.verdict is gate.Verdict.PASS
@@ -303,7 +303,7 @@ def test_a_client_bound_run_twice_stays_inconclusive_after_one_retry(monkeypatch
     prof = profile.load(pathlib.Path(__file__).resolve().parent.parent / "profiles" / "dev-tp2.yaml")
     calls: list[int] = []
 
-    def saturated_run(_config: Any) -> bench.BenchReport:
+    def saturated_run(_config: Any, api_key: str | None = None) -> bench.BenchReport:
         calls.append(1)
         return report(client=saturated())
 

@@ -10,7 +10,7 @@
 //	vllm-sim --port P --model NAME --ttft-ms X --itl-ms Y [--max-num-seqs N]
 //	         [--max-model-len L] [--failure-rate PCT] [--seed S]
 //	         [--startup-seconds S] [--fault MODE] [--host 127.0.0.1]
-//	         [--engine vllm|tgi|trtllm|sglang]
+//	         [--engine vllm|tgi|trtllm|sglang] [--api-key KEY]
 //
 // Behaviour the tests rely on:
 //
@@ -44,6 +44,12 @@
 //   - /metrics exposes vllm:num_requests_running, vllm:num_requests_waiting,
 //     vllm:prompt_tokens_total, vllm:generation_tokens_total,
 //     vllm:request_success_total and vllm:time_to_first_token_seconds.
+//   - --api-key KEY (or the VLLM_API_KEY variable, as vLLM reads it; the flag
+//     wins) guards every path under /v1, /v2, /inference and /cohere as vLLM's
+//     AuthenticationMiddleware does: a request without "Authorization: Bearer
+//     KEY" (scheme case-insensitive) gets 401 {"error": "Unauthorized"}, before
+//     routing and before the loading 503; OPTIONS, /health and /metrics stay
+//     open. vLLM mode only.
 //   - Nothing is ever dialled: the only socket is the listener.
 //
 // Fault modes (--fault), for tests of the clients' error handling:
@@ -114,6 +120,8 @@ package main
 
 import (
 	"context"
+	"crypto/sha256"
+	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -166,6 +174,7 @@ type config struct {
 	startup     time.Duration
 	fault       string
 	engine      string
+	apiKey      string
 }
 
 func parseFlags(args []string) (config, error) {
@@ -184,6 +193,7 @@ func parseFlags(args []string) (config, error) {
 	fs.Float64Var(&startupS, "startup-seconds", 0, "seconds during which /health answers 503 (other engines: the port stays closed)")
 	fs.StringVar(&c.fault, "fault", faultNone, "fault mode: "+strings.Join(faults, ", "))
 	fs.StringVar(&c.engine, "engine", engineVLLM, "serving engine to imitate: "+strings.Join(engineNames, ", "))
+	fs.StringVar(&c.apiKey, "api-key", os.Getenv("VLLM_API_KEY"), "require Authorization: Bearer KEY on /v1/* (default $VLLM_API_KEY)")
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
@@ -205,6 +215,8 @@ func parseFlags(args []string) (config, error) {
 		return c, errors.New("--failure-rate is a percentage, 0 to 100")
 	case engines[c.engine] == nil:
 		return c, fmt.Errorf("unknown --engine %q (want one of %s)", c.engine, strings.Join(engineNames, ", "))
+	case c.apiKey != "" && c.engine != engineVLLM:
+		return c, fmt.Errorf("--api-key imitates vLLM's API key check only, not --engine %s", c.engine)
 	}
 	for _, f := range faults {
 		if c.fault == f {
@@ -334,7 +346,39 @@ func newServer(cfg config, now time.Time) *server {
 	return s
 }
 
+// guardedPrefixes are the paths vLLM's AuthenticationMiddleware checks the key on.
+var guardedPrefixes = []string{"/v1", "/v2", "/inference", "/cohere"}
+
+// routes is the engine's handler, behind vLLM's API key check when --api-key is set.
 func (s *server) routes() http.Handler {
+	h := s.engineRoutes()
+	if s.cfg.apiKey == "" {
+		return h
+	}
+	want := sha256.Sum256([]byte(s.cfg.apiKey))
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodOptions && guarded(r.URL.Path) {
+			scheme, token, _ := strings.Cut(r.Header.Get("Authorization"), " ")
+			got := sha256.Sum256([]byte(token))
+			if !strings.EqualFold(scheme, "bearer") || subtle.ConstantTimeCompare(got[:], want[:]) != 1 {
+				writeJSON(w, http.StatusUnauthorized, map[string]string{"error": "Unauthorized"})
+				return
+			}
+		}
+		h.ServeHTTP(w, r)
+	})
+}
+
+func guarded(path string) bool {
+	for _, prefix := range guardedPrefixes {
+		if strings.HasPrefix(path, prefix) {
+			return true
+		}
+	}
+	return false
+}
+
+func (s *server) engineRoutes() http.Handler {
 	mux := http.NewServeMux()
 	s.eng.register(s, mux)
 	if s.eng.unrouted == nil {

@@ -819,3 +819,66 @@ func TestPyFloat(t *testing.T) {
 		}
 	}
 }
+
+// TestAPIKey checks vLLM's AuthenticationMiddleware rules: /v1/* needs the
+// Bearer key (scheme in any case), /health and /metrics never do.
+func TestAPIKey(t *testing.T) {
+	ts := startSim(t, config{apiKey: "sk-right", ttft: time.Millisecond, itl: time.Millisecond})
+	do := func(method, path, auth string) *http.Response {
+		t.Helper()
+		body := `{"model":"m","prompt":"hi","max_tokens":2}`
+		req, err := http.NewRequest(method, ts.URL+path, strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if auth != "" {
+			req.Header.Set("Authorization", auth)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { resp.Body.Close() })
+		return resp
+	}
+	for _, tc := range []struct {
+		method, path, auth string
+		want               int
+	}{
+		{"GET", "/v1/models", "", http.StatusUnauthorized},
+		{"GET", "/v1/models", "Bearer sk-wrong", http.StatusUnauthorized},
+		{"GET", "/v1/models", "Basic sk-right", http.StatusUnauthorized},
+		{"GET", "/v1/models", "Bearer sk-right", http.StatusOK},
+		{"GET", "/v1/models", "bearer sk-right", http.StatusOK},
+		{"POST", "/v1/completions", "", http.StatusUnauthorized},
+		{"POST", "/v1/completions", "Bearer sk-right", http.StatusOK},
+		{"GET", "/health", "", http.StatusOK},
+		{"GET", "/metrics", "", http.StatusOK},
+	} {
+		resp := do(tc.method, tc.path, tc.auth)
+		if resp.StatusCode != tc.want {
+			t.Errorf("%s %s with %q: status %d, want %d", tc.method, tc.path, tc.auth, resp.StatusCode, tc.want)
+		}
+		if tc.want == http.StatusUnauthorized {
+			var body map[string]string
+			if err := json.NewDecoder(resp.Body).Decode(&body); err != nil || body["error"] != "Unauthorized" {
+				t.Errorf("%s %s: body %v (%v), want vLLM's {\"error\": \"Unauthorized\"}", tc.method, tc.path, body, err)
+			}
+		}
+	}
+}
+
+func TestAPIKeyFlag(t *testing.T) {
+	t.Setenv("VLLM_API_KEY", "from-env")
+	cfg, err := parseFlags([]string{"--model", "m"})
+	if err != nil || cfg.apiKey != "from-env" {
+		t.Fatalf("VLLM_API_KEY: got %q, %v", cfg.apiKey, err)
+	}
+	cfg, err = parseFlags([]string{"--model", "m", "--api-key", "from-flag"})
+	if err != nil || cfg.apiKey != "from-flag" {
+		t.Fatalf("--api-key over VLLM_API_KEY: got %q, %v", cfg.apiKey, err)
+	}
+	if _, err := parseFlags([]string{"--model", "m", "--engine", "tgi", "--api-key", "k"}); err == nil {
+		t.Fatal("--api-key with --engine tgi was accepted")
+	}
+}
