@@ -220,6 +220,17 @@ def test_chart_kube_version_starts_at_the_oldest_kubernetes_deployctl_supports(
 # --- as a dependency of an umbrella chart ----------------------------------------------------------
 
 
+def _chart_version() -> str:
+    version: str = yaml.safe_load((CHART / "Chart.yaml").read_text(encoding="utf-8"))["version"]
+    return version
+
+
+def test_umbrella_examples_name_the_charts_current_version() -> None:
+    for page in (CHART / "README.md", ROOT / "docs" / "gitops.md"):
+        versions = re.findall(r"^  version: (\S+)$", page.read_text(encoding="utf-8"), re.MULTILINE)
+        assert versions == [_chart_version()], f"{page.relative_to(ROOT)}: the dependency example's version"
+
+
 def _umbrella(tmp_path: pathlib.Path, subchart_values: dict[str, Any]) -> pathlib.Path:
     """A platform chart that depends on ours as `helm create`'s users write it: file:// repository, condition."""
     root = tmp_path / "platform"
@@ -233,7 +244,7 @@ def _umbrella(tmp_path: pathlib.Path, subchart_values: dict[str, Any]) -> pathli
         "dependencies": [
             {
                 "name": render.CHART_NAME,
-                "version": yaml.safe_load((CHART / "Chart.yaml").read_text(encoding="utf-8"))["version"],
+                "version": _chart_version(),
                 "repository": f"file://{CHART}",
                 "condition": f"{render.CHART_NAME}.enabled",
             }
@@ -264,7 +275,7 @@ def test_chart_renders_as_a_subchart_with_the_umbrellas_values_and_globals(
     }
     umbrella = _umbrella(tmp_path, overrides)
     _run(helm, "dependency", "update", umbrella)
-    assert (umbrella / "charts" / f"{render.CHART_NAME}-0.1.0.tgz").exists()
+    assert (umbrella / "charts" / f"{render.CHART_NAME}-{_chart_version()}.tgz").exists()
     _run(helm, "lint", "--strict", umbrella)
     objects = [d for d in yaml.safe_load_all(_run(helm, "template", "platform", umbrella, "-n", "ai")) if d]
     by_kind = {o["kind"]: o for o in objects}
@@ -309,3 +320,84 @@ def test_schema_still_refuses_unknown_keys_beside_the_ones_helm_sets(
     )
     assert done.returncode != 0 and "replicaCont" in done.stderr
     assert "global" not in done.stderr and "'enabled'" not in done.stderr
+
+
+# --- the PodMonitor --------------------------------------------------------------------------------
+
+
+def test_chart_renders_no_pod_monitor_by_default(helm: pathlib.Path) -> None:
+    assert "PodMonitor" not in {d["kind"] for d in yaml.safe_load_all(_run(helm, "template", "r", CHART)) if d}
+
+
+def test_chart_pod_monitor_scrapes_the_http_port_at_the_values_path(helm: pathlib.Path) -> None:
+    out = _run(
+        helm, "template", "r", CHART, "-n", "ai",
+        "--set", "podMonitor.enabled=true", "--set", "podMonitor.interval=1m",
+        "--set", "podMonitor.labels.release=kps", "--set", "podMonitor.path=/prometheus/metrics",
+    )  # fmt: skip
+    objects = {d["kind"]: d for d in yaml.safe_load_all(out) if d}
+    monitor = objects["PodMonitor"]
+    assert monitor["metadata"]["labels"]["release"] == "kps"
+    assert monitor["metadata"]["namespace"] == "ai"
+    assert monitor["spec"]["podMetricsEndpoints"] == [{"port": "http", "path": "/prometheus/metrics", "interval": "1m"}]
+    assert monitor["spec"]["selector"]["matchLabels"] == objects["Service"]["spec"]["selector"]
+    ports = objects["Deployment"]["spec"]["template"]["spec"]["containers"][0]["ports"]
+    assert [p["name"] for p in ports] == ["http"]
+
+
+def test_chart_refuses_an_interval_prometheus_cannot_read(helm: pathlib.Path) -> None:
+    done = subprocess.run(
+        [str(helm), "template", "r", str(CHART), "--set", "podMonitor.interval=30sec"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode != 0 and "podMonitor/interval" in done.stderr
+
+
+# --- README ----------------------------------------------------------------------------------------
+
+
+def _readme_generator() -> Any:
+    spec = importlib.util.spec_from_file_location("gen_chart_readme", ROOT / "scripts" / "gen_chart_readme.py")
+    assert spec and spec.loader
+    generator = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(generator)
+    return generator
+
+
+def test_committed_readme_values_table_is_what_the_generator_writes_now() -> None:
+    committed = (CHART / "README.md").read_text(encoding="utf-8")
+    assert committed == _readme_generator().generate(committed), "run scripts/gen_chart_readme.py and commit"
+
+
+def test_readme_lists_every_value_and_the_keys_helm_sets_in_a_subchart() -> None:
+    readme = (CHART / "README.md").read_text(encoding="utf-8")
+    rows = {line.split("|")[1].strip() for line in readme.splitlines() if line.startswith("| ")} - {"Key"}
+    assert rows == _leaves(render.Values) | {"global", "enabled"}
+
+
+def test_readme_table_reads_helm_docs_comments_schema_types_and_defaults() -> None:
+    values_text = (
+        "# A heading comment that documents nothing.\n"
+        "undocumented: 1\n"
+        "strategy:\n"
+        "  # -- Extra pods during a rolling update;\n"
+        "  # count or percent | never both.\n"
+        "  maxSurge: 0\n"
+        "args: [a, '--b']\n"
+    )
+    schema = {
+        "properties": {
+            "undocumented": {"type": "integer"},
+            "strategy": {"properties": {"maxSurge": {"anyOf": [{"type": "integer"}, {"type": "string"}]}}},
+            "args": {"type": "array"},
+        }
+    }
+    table = _readme_generator().table(values_text, schema, {"global": {"type": "object", "description": "Helm's."}})
+    assert table.splitlines()[2:] == [
+        "| strategy.maxSurge | int or string | `0` | Extra pods during a rolling update; count or percent \\| never "
+        "both. |",
+        "| global | object | unset | Helm's. |",
+    ]
