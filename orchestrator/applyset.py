@@ -26,17 +26,25 @@ SERVER_METADATA = (
 )
 SERVER_ANNOTATIONS = ("deployment.kubernetes.io/revision", "kubectl.kubernetes.io/last-applied-configuration")
 GROUP_KINDS = conventions.GROUP_KINDS
-MANAGED_KINDS = ("Deployment", "Service", "ServiceAccount", "PodDisruptionBudget", "NetworkPolicy", *GROUP_KINDS)
+POD_MONITOR = conventions.POD_MONITOR_KIND
+# Kinds whose CRD a cluster may lack: a release that never rendered one has none to prune or list.
+OPTIONAL_KINDS = (*GROUP_KINDS, POD_MONITOR)
+MANAGED_KINDS = (
+    "Deployment", "Service", "ServiceAccount", "PodDisruptionBudget", "NetworkPolicy", *GROUP_KINDS, POD_MONITOR
+)  # fmt: skip
 # The order render gives them: the NetworkPolicy before the first pod, the ServiceAccount before the pods.
-APPLY_ORDER = ("ServiceAccount", "NetworkPolicy", "Service", "PodDisruptionBudget", "Deployment", *GROUP_KINDS)
-# What a release's group objects need beyond REQUIRED_ACCESS, by kind: asked only of a profile that
-# renders them, so a single-node release never needs KubeRay's or LWS's permissions.
+APPLY_ORDER = (
+    "ServiceAccount", "NetworkPolicy", "Service", "PodDisruptionBudget", "Deployment", *GROUP_KINDS, POD_MONITOR
+)  # fmt: skip
+# What a release's group objects (and its PodMonitor) need beyond REQUIRED_ACCESS, by kind: asked only
+# of a profile that renders them, so a single-node release never needs KubeRay's or LWS's permissions.
 GROUP_ACCESS: dict[str, list[tuple[str, str, str, str]]] = {
     "RayCluster": [(verb, "ray.io", "rayclusters", "") for verb in ("get", "list", "watch", "patch", "delete")],
     "LeaderWorkerSet": [
         (verb, "leaderworkerset.x-k8s.io", "leaderworkersets", "")
         for verb in ("get", "list", "watch", "patch", "delete")
     ],
+    POD_MONITOR: [(verb, "monitoring.coreos.com", "podmonitors", "") for verb in ("get", "list", "patch", "delete")],
 }
 
 # What apply, gate and rollback do in the release's namespace: (verb, group, resource, subresource).
@@ -69,10 +77,12 @@ REQUIRED_ACCESS: list[tuple[str, str, str, str]] = [
 ]
 
 
-def check_access(kube: Kube, namespace: str, group_kind: str | None = None) -> None:
+def check_access(kube: Kube, namespace: str, group_kind: str | None = None, *, pod_monitor: bool = False) -> None:
     """Refuse before any write when the identity lacks a permission the sequence will need
-    (``group_kind``: the group object the release renders, whose permissions are asked too)."""
+    (``group_kind``: the group object the release renders, ``pod_monitor``: it renders a PodMonitor;
+    their permissions are asked too)."""
     required = REQUIRED_ACCESS + (GROUP_ACCESS[group_kind] if group_kind else [])
+    required += GROUP_ACCESS[POD_MONITOR] if pod_monitor else []
     # One rules review shows most or all of them granted in one round trip (Node and RBAC
     # authorizers). Each one it does not show, or all of them behind a webhook authorizer, is
     # asked on its own (an access review, authoritative), in parallel: each is a round trip.
@@ -131,12 +141,12 @@ _SINGLE_KINDS = tuple(k for k in MANAGED_KINDS if k not in GROUP_KINDS)
 
 
 def release_objects(kube: Kube, kind: str, name: str, namespace: str) -> list[dict[str, Any]]:
-    """The release's objects of ``kind``. A group kind whose CRD is not installed, or that this
-    identity may not read (it never rendered one), has none."""
+    """The release's objects of ``kind``. A group kind or PodMonitor whose CRD is not installed, or
+    that this identity may not read (it never rendered one), has none."""
     try:
         items, _ = kube.list(kind, namespace, labels=f"{RELEASE_LABEL}={name}")
     except (errors.NotFound, errors.Forbidden):
-        if kind not in GROUP_KINDS:
+        if kind not in OPTIONAL_KINDS:
             raise
         return []
     return items

@@ -33,6 +33,8 @@ GROUP_ROLE_LABEL = "deployctl.dev/group-role"  # leader | worker
 LEADER_ROLE, WORKER_ROLE = "leader", "worker"
 # The group objects deployctl creates, by kind: one RayCluster per copy, or one LeaderWorkerSet.
 GROUP_KINDS = ("RayCluster", "LeaderWorkerSet")
+# The Prometheus Operator's scrape object (profile monitoring.podMonitor); its CRD is optional too.
+POD_MONITOR_KIND = "PodMonitor"
 
 GPU_RESOURCE = "nvidia.com/gpu"
 GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"  # set by NVIDIA GPU Feature Discovery

@@ -65,7 +65,8 @@ def apply(profile: Profile, profile_text: str, options: Options, report: Reporte
     with timings.phase("preflight"):
         user = kube.whoami()
         group_kind = check_group_engine(kube, profile)
-        applyset.check_access(kube, namespace, group_kind)
+        check_pod_monitor(kube, profile)
+        applyset.check_access(kube, namespace, group_kind, pod_monitor=profile.monitoring.podMonitor.enabled)
         check, replaces_pods = _preflight(kube, profile, plan)
     for warning in check.warnings:
         report("preflight", f"warning: {warning}")
@@ -123,6 +124,24 @@ def check_group_engine(kube: Kube, profile: Profile) -> str | None:
     except errors.Forbidden:
         pass  # check_access names the missing permission
     return "RayCluster"
+
+
+def check_pod_monitor(kube: Kube, profile: Profile) -> None:
+    """Refuse before any write a profile whose PodMonitor the cluster cannot take: without the
+    Prometheus Operator's CRD the apply would fail after the workload changed."""
+    if not profile.monitoring.podMonitor.enabled:
+        return
+    try:
+        kube.list(conventions.POD_MONITOR_KIND, profile.metadata.namespace)
+    except errors.NotFound:
+        raise errors.RolloutFailed(
+            f"{profile.metadata.name} sets monitoring.podMonitor.enabled, but this cluster does not serve "
+            "PodMonitor (monitoring.coreos.com/v1): install the Prometheus Operator's CRDs (kube-prometheus-stack "
+            "has them), or set monitoring.podMonitor.enabled: false and scrape /metrics another way. Nothing was "
+            "changed"
+        ) from None
+    except errors.Forbidden:
+        pass  # check_access names the missing permission
 
 
 def _preflight(kube: Kube, profile: Profile, plan: planner.Plan) -> tuple[preflight.Preflight, bool]:

@@ -599,6 +599,37 @@ class AirgapSpec(_Model):
         return v
 
 
+# A Prometheus Operator duration (monitoring.coreos.com/v1 Duration): units from y to ms, largest first.
+_PROMETHEUS_DURATION = re.compile(r"^(0|([0-9]+y)?([0-9]+w)?([0-9]+d)?([0-9]+h)?([0-9]+m)?([0-9]+s)?([0-9]+ms)?)$")
+
+
+class PodMonitorSpec(_Model):
+    enabled: bool = Field(
+        default=False,
+        description="Render a Prometheus Operator PodMonitor that scrapes the engine's metrics path on the API "
+        "port. Off by default: its CRD (monitoring.coreos.com/v1) exists only where the operator is installed.",
+    )
+    interval: str = Field(default="30s", description="Scrape interval, a Prometheus duration (15s, 1m, 1m30s).")
+    labels: dict[str, str] = Field(
+        default_factory=dict,
+        description="Extra labels on the PodMonitor: what your Prometheus' podMonitorSelector matches "
+        "(kube-prometheus-stack: `release: <its release name>`).",
+    )
+
+    @pydantic.field_validator("interval")
+    @classmethod
+    def _duration(cls, v: str) -> str:
+        if not v or not _PROMETHEUS_DURATION.match(v):
+            raise ValueError(f"{v!r} is not a Prometheus duration; write it as 30s, 1m or 1m30s")
+        return v
+
+
+class MonitoringSpec(_Model):
+    podMonitor: PodMonitorSpec = Field(
+        default_factory=PodMonitorSpec, description="The Prometheus Operator PodMonitor for the engine's metrics."
+    )
+
+
 class Profile(_Model):
     apiVersion: Literal["deployctl/v1"] = Field(description="Schema version of the profile.")
     kind: Literal["InferenceProfile"] = Field(description="Always InferenceProfile.")
@@ -610,6 +641,7 @@ class Profile(_Model):
     rollout: RolloutSpec = Field(default_factory=RolloutSpec, description="How a new revision replaces the old.")
     gate: GateSpec = Field(default_factory=GateSpec, description="What a revision must pass to be kept.")
     airgap: AirgapSpec = Field(default_factory=AirgapSpec, description="Offline and egress settings.")
+    monitoring: MonitoringSpec = Field(default_factory=MonitoringSpec, description="Prometheus scraping.")
 
     _base_dir: pathlib.Path = PrivateAttr(default_factory=pathlib.Path.cwd)
     _lines: dict[tuple[str | int, ...], int] = PrivateAttr(default_factory=dict)

@@ -85,6 +85,10 @@ HOSTNAME_TOPOLOGY = "kubernetes.io/hostname"
 # ("<name>-head-svc", pod names with a group suffix), which must stay valid DNS labels.
 GROUP_NAME_PREFIX_CHARS = 40
 _RBAC_TEMPLATE = "rbac/deployctl.yaml.j2"
+# Last: it only tells Prometheus where the pods are (profile monitoring.podMonitor).
+_PODMONITOR_TEMPLATE = "podmonitor.yaml.j2"
+# What the Prometheus Operator's CRDs accept as a duration (monitoring.coreos.com/v1 Duration).
+PROMETHEUS_DURATION = r"^(0|(([0-9]+)y)?(([0-9]+)w)?(([0-9]+)d)?(([0-9]+)h)?(([0-9]+)m)?(([0-9]+)s)?(([0-9]+)ms)?)$"
 
 
 # --- the chart's values ------------------------------------------------------------------------
@@ -225,6 +229,30 @@ class NetworkPolicyValues(_Values):
     )
 
 
+class PodMonitorValues(_Values):
+    enabled: bool = Field(
+        default=False,
+        description="Render a Prometheus Operator PodMonitor (monitoring.coreos.com/v1) for the serving pods; "
+        "off by default, as the CRD exists only where the Prometheus Operator is installed.",
+    )
+    interval: str = Field(
+        default="30s",
+        pattern=PROMETHEUS_DURATION,
+        description="How often Prometheus scrapes each pod (a Prometheus duration: 15s, 1m).",
+    )
+    labels: dict[str, str] = Field(
+        default_factory=dict,
+        description="Extra labels on the PodMonitor, for the Prometheus' podMonitorSelector (e.g. `release: "
+        "kube-prometheus-stack`).",
+    )
+    # Not under `server`: those values shape the pods, and a changed pod template renames (restarts) a
+    # multi-node release's copies; where the metrics are read changes no pod.
+    path: str = Field(
+        default="/metrics",
+        description="The engine's Prometheus metrics path on the API port (TensorRT-LLM: /prometheus/metrics).",
+    )
+
+
 class Values(_Values):
     """The Helm chart's values: every setting resolved from a profile, as both templates use it."""
 
@@ -291,6 +319,9 @@ class Values(_Values):
     )
     networkPolicy: NetworkPolicyValues = Field(
         default_factory=NetworkPolicyValues, description="The air-gap NetworkPolicy."
+    )
+    podMonitor: PodMonitorValues = Field(
+        default_factory=PodMonitorValues, description="A Prometheus Operator PodMonitor for the engine's metrics."
     )
 
 
@@ -365,6 +396,7 @@ def _resolve(profile: profiles.Profile, plan: planner.Plan, strategy: Mapping[st
         networkPolicy=NetworkPolicyValues(
             enabled=profile.airgap.denyEgress, allowEgressCIDRs=list(profile.airgap.allowEgressCIDRs)
         ),
+        podMonitor=PodMonitorValues(path=serving.metrics_path, **profile.monitoring.podMonitor.model_dump()),
     )
     return _with_copies(values, profile)
 
@@ -595,6 +627,8 @@ def render(
         if template != "networkpolicy.yaml.j2" or values["networkPolicy"]["enabled"]:
             objects.extend(_render_template(template, context))
     objects.extend(_render_template(_COPY_TEMPLATES[values["group"]["engine"]], context))
+    if values["podMonitor"]["enabled"]:
+        objects.extend(_render_template(_PODMONITOR_TEMPLATE, context))
     if plan.verdict != "fits":
         for obj in objects:
             obj["metadata"].setdefault("annotations", {})[conventions.FIT_VERDICT_ANNOTATION] = _verdict_text(plan)

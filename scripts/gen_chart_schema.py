@@ -7,6 +7,12 @@ tests/test_chart.py run it that way).
 References are inlined and pydantic's per-field titles dropped: the schema is read by Helm's
 validator and by editors through the ``yaml-language-server`` line of values.yaml, and a flat
 schema with only descriptions is what both show best.
+
+Two keys are added that the pydantic model does not hold, because Helm, not deployctl, puts them
+into the values when this chart is a dependency of an umbrella chart: ``global`` (Helm copies the
+parent's globals into every subchart) and ``enabled`` (the usual ``condition:
+vllm-inference.enabled`` of the dependency). The schema forbids unknown keys, so without them
+``helm template`` of any umbrella chart fails. deployctl never writes either.
 """
 
 from __future__ import annotations
@@ -24,6 +30,20 @@ from orchestrator import crd, render  # noqa: E402
 
 SCHEMA_PATH = ROOT / "charts" / "vllm-inference" / "values.schema.json"
 
+# The keys Helm itself sets in a subchart's values (see the module docstring); the chart ignores both.
+UMBRELLA_KEYS: dict[str, dict[str, Any]] = {
+    "global": {
+        "type": "object",
+        "description": "Helm's global values, copied from a parent chart into every subchart; this chart reads "
+        "none of them.",
+    },
+    "enabled": {
+        "type": "boolean",
+        "description": "Read by a parent chart's `condition: vllm-inference.enabled` to include or leave out this "
+        "chart; the chart itself ignores it.",
+    },
+}
+
 
 def generate() -> str:
     """The schema text, byte for byte as it must be committed."""
@@ -34,6 +54,9 @@ def generate() -> str:
         "title": "Values of the vllm-inference chart",
         **_clean(crd.inline_refs(raw, defs)),
     }
+    clashes = UMBRELLA_KEYS.keys() & schema["properties"].keys()
+    assert not clashes, f"render.Values must not define {sorted(clashes)}: Helm sets them in a subchart"
+    schema["properties"].update(UMBRELLA_KEYS)
     return json.dumps(schema, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
 
 

@@ -313,6 +313,8 @@ def test_the_sentence_that_gave_deployctls_role_configmap_deletion_is_caught() -
 _TOP_LEVEL = tuple(profile.Profile.model_fields)
 _FIELD_PATH = re.compile(rf"(?<![\w./-])(?:{'|'.join(_TOP_LEVEL)})(?:\.[A-Za-z_]\w*)+")
 _FILE_SUFFIXES = {"md", "py", "json", "yaml", "yml", "log", "j2", "txt", "toml", "sh", "tpl"}
+# A Kubernetes API group is a domain: `monitoring.coreos.com` is the Prometheus Operator's, not a field.
+_API_GROUP_SUFFIXES = {"com", "io", "dev", "org"}
 # Fields of a Kubernetes object's metadata that pages name (`metadata.generation` of a Deployment).
 _OBJECT_METADATA = {"generation", "uid", "resourceVersion", "annotations", "creationTimestamp", "ownerReferences"}
 _ENV_VAR = re.compile(r"`(?P<name>[A-Z][A-Z0-9]*(?:_[A-Z0-9]+)+)(?:=[^`]*)?`")
@@ -338,10 +340,12 @@ def field_problem(path: str) -> str | None:
 
 
 def _names_something_else(path: str) -> bool:
-    """Whether a dotted name is a file (`gate.json`), a module's attribute (`gate.evaluate`) or a
-    Kubernetes object's metadata (`metadata.generation`) rather than a profile field."""
+    """Whether a dotted name is a file (`gate.json`), a module's attribute (`gate.evaluate`), an API
+    group (`monitoring.coreos.com`) or a Kubernetes object's metadata (`metadata.generation`) rather
+    than a profile field."""
     head, second = path.split(".")[:2]
-    if path.rsplit(".", 1)[1] in _FILE_SUFFIXES or (head == "metadata" and second in _OBJECT_METADATA):
+    last = path.rsplit(".", 1)[1]
+    if last in _FILE_SUFFIXES | _API_GROUP_SUFFIXES or (head == "metadata" and second in _OBJECT_METADATA):
         return True
     if importlib.util.find_spec(f"orchestrator.{head}") is None:
         return False

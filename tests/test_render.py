@@ -112,8 +112,9 @@ def test_every_profile_renders_namespaced_labelled_objects_in_apply_order(path: 
     kinds = [o["kind"] for o in objects]
     copies = {"kuberay": ["RayCluster"] * prof.rollout.replicas, "lws": ["LeaderWorkerSet"]}
     runs = copies[prof.placement.groupEngine] if prof.multi_node else ["Deployment"]
-    expected = ["ServiceAccount", "NetworkPolicy", "Service", "PodDisruptionBudget", *runs]
-    assert kinds == [k for k in expected if k != "NetworkPolicy" or prof.airgap.denyEgress]
+    expected = ["ServiceAccount", "NetworkPolicy", "Service", "PodDisruptionBudget", *runs, "PodMonitor"]
+    optional = {"NetworkPolicy": prof.airgap.denyEgress, "PodMonitor": prof.monitoring.podMonitor.enabled}
+    assert kinds == [k for k in expected if optional.get(k, True)]
     for obj in objects:
         meta = obj["metadata"]
         if obj["kind"] == "RayCluster":  # one per copy, named by the pod templates' hash and its index

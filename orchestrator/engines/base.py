@@ -94,6 +94,8 @@ class Engine(abc.ABC):
     # every few seconds under load) and answer 200 only once the model is loaded.
     health_path: ClassVar[str]
     probe_path: ClassVar[str]
+    # Where the engine serves Prometheus metrics, on the API port (what a PodMonitor scrapes).
+    metrics_path: ClassVar[str] = "/metrics"
     memory_flag: ClassVar[str]  # the flag engine.gpuMemoryUtilization becomes
     block_size: ClassVar[int]  # tokens per KV-cache block (page) by default
     # Environment that keeps the engine from reaching the network (telemetry, the model hub).

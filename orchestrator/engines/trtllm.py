@@ -50,6 +50,9 @@ class TrtLlm(Engine):
     default_version = "main-00209af"
     health_path = "/health"
     probe_path = "/health"
+    # trtllm-serve's /metrics is JSON iteration stats; openai_server.py mounts the Prometheus exposition
+    # here, once the LLM API option return_perf_metrics is true (engine.extraArgs' options file).
+    metrics_path = "/prometheus/metrics"
     memory_flag = "--kv_cache_free_gpu_memory_fraction"
     block_size = 32
     offline_env = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "DO_NOT_TRACK")

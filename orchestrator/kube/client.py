@@ -76,6 +76,8 @@ KINDS: dict[str, Ref] = {
     # Group engines for copies that span nodes; their CRDs exist only where KubeRay or LWS is installed.
     "RayCluster": Ref("ray.io/v1", "rayclusters"),
     "LeaderWorkerSet": Ref("leaderworkerset.x-k8s.io/v1", "leaderworkersets"),
+    # Prometheus Operator scraping (profile monitoring.podMonitor); its CRD exists where the operator is installed.
+    "PodMonitor": Ref("monitoring.coreos.com/v1", "podmonitors"),
     # deployctl's own resource: a profile as an object, reconciled by `deployctl controller`.
     "InferenceProfile": Ref("deployctl.dev/v1", "inferenceprofiles"),
 }
