@@ -278,9 +278,18 @@ def test_a_profile_without_namespace_takes_n_or_the_context_and_records_it(
 # --- 3. DEPLOYCTL_<COMMAND>_<OPTION> -------------------------------------------------------------------
 
 
+# Options whose callback checks or reshapes the value: a value it accepts, and what it makes of it.
+_PARSED_BY_CALLBACK: dict[str, tuple[str, Any]] = {
+    "dataset_name": ("random", "random"),
+    "metadata": ("tp=4", {"tp": "4"}),
+}
+
+
 def _env_value(option: click.Option, tmp_path: pathlib.Path) -> tuple[str, Any]:
     """A value for ``option`` unlike its default, as a string for the environment, and as parsed."""
     kind = option.type
+    if option.name in _PARSED_BY_CALLBACK:
+        return _PARSED_BY_CALLBACK[option.name]
     if option.is_flag:
         return "1", True
     if isinstance(kind, click.Choice):
