@@ -4,11 +4,16 @@ deployctl reaches the API server as the kubeconfig says (directly, or through it
 ``proxy-url``) and ignores HTTPS_PROXY/HTTP_PROXY/NO_PROXY, like the gate endpoint; the
 port-forward's websocket, which websocket-client would otherwise route by those variables on its
 own, follows the same rule. A tunnel refused by RBAC fails the command naming the permission.
+A 429 (throttling, a new CRD's cache still filling) is sent again after the server's Retry-After.
 """
 
 from __future__ import annotations
 
+import http.server
+import json
 import pathlib
+import threading
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -161,3 +166,67 @@ def test_a_listed_rule_grants_what_rbac_would_grant(
     rule: dict[str, Any], wanted: tuple[str, ...], granted: bool
 ) -> None:
     assert client._rule_grants(rule, *wanted) is granted
+
+
+class _ThrottlingServer(http.server.ThreadingHTTPServer):
+    """An API server that answers 429 (Retry-After: 0) to the first ``throttled`` requests, then a list."""
+
+    def __init__(self, throttled: int) -> None:
+        self.throttled, self.requests = throttled, 0
+        super().__init__(("127.0.0.1", 0), _ThrottlingHandler)
+
+
+class _ThrottlingHandler(http.server.BaseHTTPRequestHandler):
+    server: _ThrottlingServer
+
+    def do_GET(self) -> None:
+        self.server.requests += 1
+        throttled = self.server.requests <= self.server.throttled
+        body = json.dumps(
+            {"kind": "Status", "code": 429, "message": "storage is (re)initializing"}
+            if throttled
+            else {"kind": "PodList", "metadata": {"resourceVersion": "7"}, "items": []}
+        ).encode()
+        self.send_response(429 if throttled else 200)
+        if throttled:
+            self.send_header("Retry-After", "0")
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+@pytest.fixture
+def throttling_kube(tmp_path: pathlib.Path) -> Iterator[tuple[client.Kube, _ThrottlingServer]]:
+    server = _ThrottlingServer(throttled=3)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    path = _kubeconfig(tmp_path)
+    doc = yaml.safe_load(path.read_text())
+    doc["clusters"][0]["cluster"] = {"server": f"http://127.0.0.1:{server.server_address[1]}"}
+    path.write_text(yaml.safe_dump(doc))
+    try:
+        yield client.connect(str(path)), server
+    finally:
+        server.shutdown()
+
+
+def test_a_throttled_request_is_sent_again_after_the_servers_retry_after(
+    throttling_kube: tuple[client.Kube, _ThrottlingServer],
+) -> None:
+    kube, server = throttling_kube
+    items, version = kube.list("Pod", "ns")
+    assert (items, version) == ([], "7") and server.requests == 4
+
+
+def test_throttling_that_outlasts_the_retry_window_is_the_api_servers_error(
+    throttling_kube: tuple[client.Kube, _ThrottlingServer], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    kube, server = throttling_kube
+    server.throttled = 10**6
+    monkeypatch.setattr(client, "THROTTLED_RETRY_SECONDS", 0.5)
+    with pytest.raises(errors.ClusterError, match="429: storage is"):
+        kube.list("Pod", "ns")
+    assert server.requests > 1

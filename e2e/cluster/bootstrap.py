@@ -53,6 +53,10 @@ FLUX_MODULES = (
     ("flux-source", "github.com/fluxcd/source-controller", "source.toolkit.fluxcd.io_*.yaml"),
     ("flux-kustomize", "github.com/fluxcd/kustomize-controller", "kustomize.toolkit.fluxcd.io_*.yaml"),
 )
+# The Prometheus Operator's PodMonitor CRD, the real schema a release's PodMonitor must pass. Not
+# applied at start-up: the tests that need it install it, after checking the refusal without it.
+PROMETHEUS_MODULE = ("prometheus-operator", "github.com/prometheus-operator/prometheus-operator")
+POD_MONITOR_CRD = "example/prometheus-operator-crd/monitoring.coreos.com_podmonitors.yaml"
 OUR_STAGES = components.HERE / "sim-stages.yaml"
 NODES = components.HERE / "nodes.yaml"
 # The kinds applied here, and where they live in the API (all cluster-scoped).
@@ -124,6 +128,12 @@ def kuberay_module_dir() -> Path:
 def flux_module_dirs() -> list[tuple[Path, str]]:
     """Flux's controller modules in the module cache, each with the glob of its CRD files."""
     return [(_module_dir(tool, module), pattern) for tool, module, pattern in FLUX_MODULES]
+
+
+def pod_monitor_crd() -> dict[str, Any]:
+    """The PodMonitor CRD of the Prometheus Operator release tools/prometheus-operator pins."""
+    (crd,) = _load_yaml(_module_dir(*PROMETHEUS_MODULE) / POD_MONITOR_CRD)
+    return crd
 
 
 def _module_dir(tool: str, module: str) -> Path:

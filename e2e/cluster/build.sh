@@ -49,7 +49,7 @@ HELM_LDFLAGS="-X helm.sh/helm/v3/internal/version.version=$HELM_VERSION \
  -X helm.sh/helm/v3/pkg/chartutil.k8sVersionMajor=1 -X helm.sh/helm/v3/pkg/chartutil.k8sVersionMinor=$HELM_K8S_MINOR \
  -X helm.sh/helm/v3/pkg/lint/rules.k8sVersionMajor=1 -X helm.sh/helm/v3/pkg/lint/rules.k8sVersionMinor=$HELM_K8S_MINOR"
 
-want=${*:-sim etcd kube-apiserver kube-controller-manager kube-scheduler kwok helm kubectl ray-operator source-controller kustomize-controller}
+want=${*:-sim etcd kube-apiserver kube-controller-manager kube-scheduler kwok helm kubectl ray-operator source-controller kustomize-controller prometheus-crds}
 for tool in $want; do
   case $tool in
     sim) build "$ROOT/e2e/simulator" . vllm-sim ;;
@@ -61,6 +61,8 @@ for tool in $want; do
     ray-operator) build "$TOOLS/kuberay" github.com/ray-project/kuberay/ray-operator ray-operator ;;
     source-controller) build "$TOOLS/flux-source" github.com/fluxcd/source-controller source-controller ;;
     kustomize-controller) build "$TOOLS/flux-kustomize" github.com/fluxcd/kustomize-controller kustomize-controller ;;
+    # No binary: the module's CRD files, which the PodMonitor tests apply, into the module cache.
+    prometheus-crds) (cd "$TOOLS/prometheus-operator" && go mod download github.com/prometheus-operator/prometheus-operator) ;;
     *) echo "build.sh: unknown tool '$tool'" >&2; exit 2 ;;
   esac
 done

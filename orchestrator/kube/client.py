@@ -12,6 +12,7 @@ import dataclasses
 import json
 import os
 import ssl
+import time
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
@@ -28,6 +29,11 @@ FIELD_MANAGER = "deployctl"
 # one should fail the command in seconds, not minutes.
 CONNECT_TIMEOUT = 5.0
 READ_TIMEOUT = 30.0
+# A 429 is the API server declining a request it has not processed: priority-and-fairness
+# throttling, or a watch cache still filling (a CRD installed seconds ago answers "storage is
+# (re)initializing"). client-go retries these after the server's Retry-After; so do we, for a
+# bounded while, so a moment's backpressure is not a failed deploy.
+THROTTLED_RETRY_SECONDS = 30.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -118,6 +124,26 @@ class Kube:
         read_timeout: float | None = READ_TIMEOUT,
         what: str = "",
     ) -> Any:
+        deadline = time.monotonic() + THROTTLED_RETRY_SECONDS
+        while True:
+            try:
+                return self._call_once(method, path, query, body, content_type, stream, read_timeout, what)
+            except _Throttled as throttled:
+                if time.monotonic() + throttled.retry_after > deadline:
+                    raise throttled.error from None
+                time.sleep(throttled.retry_after)
+
+    def _call_once(
+        self,
+        method: str,
+        path: str,
+        query: list[tuple[str, Any]] | None,
+        body: Any,
+        content_type: str,
+        stream: bool,
+        read_timeout: float | None,
+        what: str,
+    ) -> Any:
         headers = {"Accept": "application/json", "Content-Type": content_type}
         try:
             serialized = self._api.param_serialize(
@@ -130,7 +156,10 @@ class Kube:
             )
             resp = self._api.call_api(*serialized, _request_timeout=(CONNECT_TIMEOUT, read_timeout)).response
         except k8s.ApiException as e:
-            raise self._api_error(e.status, e.body, e.reason, method, path, what) from e
+            error = self._api_error(e.status, e.body, e.reason, method, path, what)
+            if e.status == 429:
+                raise _Throttled(error, e.headers) from e
+            raise error from e
         except k8s.exceptions.OpenApiException as e:  # a request the client itself refused to build
             raise errors.ClusterError(f"{what or path}: {errors.shorten(str(e), 200)}") from e
         except (urllib3.exceptions.HTTPError, OSError, ssl.SSLError) as e:
@@ -140,7 +169,10 @@ class Kube:
                 error_body = resp.data
             finally:
                 resp.release_conn()
-            raise self._api_error(resp.status, error_body, resp.reason, method, path, what)
+            error = self._api_error(resp.status, error_body, resp.reason, method, path, what)
+            if resp.status == 429:
+                raise _Throttled(error, resp.headers)
+            raise error
         if stream:
             return resp
         try:
@@ -508,3 +540,16 @@ def _no_environment_proxy(configuration: k8s.Configuration) -> None:
     """
     configuration.proxy = None
     configuration.no_proxy = None
+
+
+class _Throttled(Exception):
+    """A 429 from the API server: the error to raise once retrying is over, and how long to wait."""
+
+    def __init__(self, error: errors.DeployctlError, headers: Mapping[str, str] | None) -> None:
+        super().__init__(str(error))
+        self.error = error
+        try:
+            wait = float((headers or {}).get("Retry-After", 1))
+        except ValueError:  # an HTTP date instead of seconds: not worth parsing for a moment's wait
+            wait = 1.0
+        self.retry_after = min(max(wait, 0.2), 5.0)
