@@ -25,6 +25,7 @@ from orchestrator import (
     profile_base,
     profile_engine,
     profile_errors,
+    profile_pod,
     slo,
     strictyaml,
 )
@@ -468,6 +469,16 @@ class Profile(_Model):
     gate: GateSpec = Field(default_factory=GateSpec, description="What a revision must pass to be kept.")
     airgap: AirgapSpec = Field(default_factory=AirgapSpec, description="Offline and egress settings.")
     monitoring: MonitoringSpec = Field(default_factory=MonitoringSpec, description="Prometheus scraping.")
+
+    @pydantic.field_validator("engine")
+    @classmethod
+    def _mounts_leave_the_weights_alone(cls, v: EngineSpec, info: pydantic.ValidationInfo) -> EngineSpec:
+        model = info.data.get("model")
+        if model is not None:
+            problems = profile_pod.model_mount_problems(v.volumeMounts, model.source.mountPath)
+            if problems:
+                raise profile_base.field_error(*problems[0])
+        return v
 
     _base_dir: pathlib.Path = PrivateAttr(default_factory=pathlib.Path.cwd)
     _lines: dict[tuple[str | int, ...], int] = PrivateAttr(default_factory=dict)

@@ -10,6 +10,7 @@ import difflib
 import re
 
 from pydantic import BaseModel, ConfigDict
+from pydantic_core import PydanticCustomError
 
 DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 DIGEST = re.compile(r"@sha256:[0-9a-f]{64}$")
@@ -47,3 +48,14 @@ def unknown(value: str, what: str, known: list[str]) -> str:
     close = difflib.get_close_matches(value, known, n=1)
     hint = f"did you mean {close[0]!r}? " if close else ""
     return f"unknown {what} {value!r}; {hint}known: {', '.join(known)}"
+
+
+Loc = tuple[str | int, ...]
+# The error type of field_error: its context carries the path below the validated field, so that a
+# check made over a whole section still names the one item it is about (and that item's YAML line).
+FIELD_ERROR = "deployctl_field"
+
+
+def field_error(at: Loc, message: str) -> PydanticCustomError:
+    """An error about the field ``at`` below the one being validated (profile_errors extends the path)."""
+    return PydanticCustomError(FIELD_ERROR, "{reason}", {"reason": message, "at": at})

@@ -11,7 +11,7 @@ from typing import Literal
 import pydantic
 from pydantic import Field
 
-from orchestrator import engines, profile_base, vllm_flags
+from orchestrator import engines, profile_base, profile_pod, vllm_flags
 
 DEFAULT_VLLM_VERSION = engines.VLLM.default_version
 
@@ -115,6 +115,46 @@ class EngineSpec(profile_base.Model):
         default_factory=list,
         description="Names of Secrets for the internal registry (only names are stored).",
     )
+    env: list[profile_pod.EnvVar] = Field(
+        default_factory=list,
+        description="Extra environment variables of the engine container, each `{name, value}` or `{name, "
+        "valueFrom: {secretKeyRef|configMapKeyRef: {name, key, optional}}}`; e.g. `VLLM_API_KEY` from a Secret, "
+        "so the server wants a key without the key being in the profile or the release records. Names deployctl "
+        "sets itself (HOME, HF_TOKEN, the air-gap switches, …) are refused with the field that controls them.",
+    )
+    envFrom: list[profile_pod.EnvFromSource] = Field(
+        default_factory=list,
+        description="Secrets or ConfigMaps whose every key becomes a variable, `{secretRef|configMapRef: {name, "
+        "optional}, prefix}`. A variable deployctl or `env` sets wins over one of the same name from here "
+        "(Kubernetes' rule).",
+    )
+    volumes: list[profile_pod.Volume] = Field(
+        default_factory=list,
+        description="Extra volumes of the engine pod, each a name and exactly one of `persistentVolumeClaim "
+        "{claimName, readOnly}`, `configMap {name, items, optional}`, `secret {secretName, items, optional}` or "
+        "`emptyDir {medium, sizeLimit}` (e.g. a chat template from a ConfigMap). Names `model`, `dshm` and "
+        "`home` are deployctl's.",
+    )
+    volumeMounts: list[profile_pod.VolumeMount] = Field(
+        default_factory=list,
+        description="Where the engine container mounts `volumes`: `{name, mountPath, readOnly, subPath}`. A path "
+        "at, above or below the weights' mountPath or /dev/shm is refused, as it would hide them.",
+    )
+    fsGroup: int | None = Field(
+        default=None,
+        ge=0,
+        le=2_147_483_647,
+        description="Group id (pod `securityContext.fsGroup`) the kubelet gives the files of the pod's writable "
+        "volumes and adds to the container's groups. Set it when a PVC's files belong to another uid than the "
+        "pod's 1000 (written by a copy job, say) and are only group-readable or group-writable. Unset: none.",
+    )
+    fsGroupChangePolicy: Literal["OnRootMismatch", "Always"] | None = Field(
+        default=None,
+        description="When the kubelet re-owns a volume's files for fsGroup (pod `securityContext."
+        "fsGroupChangePolicy`). `OnRootMismatch` walks a volume only when its top directory's owner or mode is "
+        "off, so a multi-GB model volume is not chowned file by file at every pod start (minutes on a network "
+        "file system); `Always` walks it every time. Unset: `OnRootMismatch`. Only with fsGroup.",
+    )
 
     @pydantic.field_validator("extraArgs")
     @classmethod
@@ -162,6 +202,19 @@ class EngineSpec(profile_base.Model):
     def engine_version(self) -> str:
         """The engine's version in the image: `version`, else vllmVersion (vLLM), else the newest table's."""
         return _engine_version(self.engine, self.version, self.vllmVersion)
+
+    @pydantic.model_validator(mode="after")
+    def _pod_parts(self) -> EngineSpec:
+        problems = profile_pod.env_problems(self.env) + profile_pod.volume_problems(self.volumes, self.volumeMounts)
+        if problems:
+            raise profile_base.field_error(*problems[0])
+        if self.fsGroupChangePolicy is not None and self.fsGroup is None:
+            raise profile_base.field_error(
+                ("fsGroupChangePolicy",),
+                "fsGroupChangePolicy applies only with engine.fsGroup; set engine.fsGroup (the group id that "
+                "should own the volumes' files) or remove fsGroupChangePolicy",
+            )
+        return self
 
     @pydantic.model_validator(mode="after")
     def _pinned_image(self) -> EngineSpec:

@@ -12,9 +12,9 @@ from typing import Any
 import pydantic
 from pydantic import BaseModel
 
-from orchestrator import strictyaml
+from orchestrator import profile_base, strictyaml
 
-Loc = tuple[str | int, ...]
+Loc = profile_base.Loc
 
 
 def describe(exc: pydantic.ValidationError, doc: strictyaml.Document, source: str, root: type[BaseModel]) -> str:
@@ -22,6 +22,8 @@ def describe(exc: pydantic.ValidationError, doc: strictyaml.Document, source: st
     problems = []
     for err in exc.errors(include_url=False):
         loc = _clean_loc(err["loc"])
+        if err["type"] == profile_base.FIELD_ERROR:
+            loc = (*loc, *err["ctx"]["at"])  # a section-wide check names the item it is about
         line = doc.line_of(loc)
         field = ".".join(str(p) for p in loc) or "(top level)"
         origin = doc.origin_of(loc)
