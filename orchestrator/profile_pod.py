@@ -298,7 +298,8 @@ def volume_problems(volumes: Sequence[Volume], mounts: Sequence[VolumeMount]) ->
             problems.append(
                 (
                     ("volumes", i, "name"),
-                    f"volume {volume.name!r} is already declared at engine.volumes[{names[volume.name]}]",
+                    f"volume {volume.name!r} is already declared at engine.volumes[{names[volume.name]}]; "
+                    "give each volume its own name",
                 )
             )
         names.setdefault(volume.name, i)
