@@ -97,6 +97,8 @@ class EnvValueFrom(profile_base.Model):
 
 
 class EnvVar(profile_base.Model):
+    """One variable of `engine.env`; a name deployctl sets itself is refused, naming the field that sets it."""
+
     name: str = Field(description="Variable name: letters, digits and '_', not starting with a digit.")
     value: str | None = Field(default=None, description="The value, written in the profile (no secrets here).")
     valueFrom: EnvValueFrom | None = Field(
@@ -134,6 +136,8 @@ class ObjectRef(profile_base.Model):
 
 
 class EnvFromSource(profile_base.Model):
+    """One entry of `engine.envFrom`: every key of a Secret or ConfigMap as a variable."""
+
     secretRef: ObjectRef | None = Field(default=None, description="Every key of this Secret becomes a variable.")
     configMapRef: ObjectRef | None = Field(default=None, description="Every key of this ConfigMap becomes a variable.")
     prefix: str = Field(default="", description="Put before every variable name (e.g. `APP_`); empty: none.")
@@ -207,6 +211,8 @@ _VOLUME_SOURCES = ("persistentVolumeClaim", "configMap", "secret", "emptyDir")
 
 
 class Volume(profile_base.Model):
+    """One volume of `engine.volumes`: a name and exactly one source; `model`, `dshm`, `home` are taken."""
+
     name: str = Field(description="Volume name (a DNS-1123 label) that `engine.volumeMounts` refer to.")
     persistentVolumeClaim: PvcVolumeSource | None = Field(default=None, description="A PersistentVolumeClaim.")
     configMap: ConfigMapVolumeSource | None = Field(default=None, description="A ConfigMap's keys as files.")
@@ -236,6 +242,8 @@ class Volume(profile_base.Model):
 
 
 class VolumeMount(profile_base.Model):
+    """One mount of `engine.volumeMounts`, kept off the paths deployctl mounts (weights, /dev/shm, HOME)."""
+
     name: str = Field(description="The `engine.volumes` entry to mount.")
     mountPath: str = Field(
         description="Absolute, normalised path in the container; not at, above or below the weights' mountPath "
