@@ -8,11 +8,17 @@ must pass on the simulator, and the live pod must carry each field as the profil
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import kubernetes
 import pytest
 from deployhelpers import ReleaseEnv, profile
+
+from orchestrator import crd
+from orchestrator import profile as profiles
+
+EXAMPLE = Path(__file__).resolve().parent.parent / "profiles" / "prod-tp4-api-key.yaml"
 
 pytestmark = pytest.mark.kwok
 
@@ -77,3 +83,17 @@ def test_env_from_a_secret_a_config_map_volume_and_fs_group_reach_the_live_pod(e
 
     record = env.record(1)
     assert "sk-e2e" not in str(record), "the Secret's value reached the release record"
+
+
+def test_the_example_with_every_pod_field_is_admitted_by_the_crd_and_read_back_unchanged(
+    crd_installed: None, api_client: kubernetes.client.ApiClient, namespace: str
+) -> None:
+    obj = profiles.to_object(profiles.load(EXAMPLE))
+    obj["metadata"]["namespace"] = namespace
+    created = kubernetes.client.CustomObjectsApi(api_client).create_namespaced_custom_object(
+        crd.GROUP, crd.VERSION, namespace, crd.PLURAL, obj, field_validation="Strict"
+    )
+    assert created["spec"] == profiles.to_object(profiles.load(EXAMPLE))["spec"], "nothing defaulted or pruned"
+    assert created["spec"]["engine"]["volumes"][0]["configMap"]["items"] == [
+        {"key": "llama3-instruct.jinja", "path": "template.jinja"}
+    ]
