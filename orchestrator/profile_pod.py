@@ -37,17 +37,24 @@ LWS_ENV = ("LWS_LEADER_ADDRESS", "LWS_GROUP_SIZE", "LWS_WORKER_INDEX")
 
 
 def _deployctl_env() -> dict[str, str]:
-    """Every variable deployctl (or a controller it renders for) sets in the engine container,
-    with the profile field that decides it: a profile setting one would fight that field."""
-    owners: dict[str, str] = {"HOME": "(none: deployctl points HOME at the writable /home/vllm)"}
+    """Every variable deployctl (or a controller it renders for) sets in the engine container, with
+    why and what to do instead: a profile setting one would fight the field that decides it."""
+    owners: dict[str, str] = {
+        "HOME": f"deployctl points it at {HOME_DIR}, the writable directory of the engine's caches (the pod "
+        f"runs as a uid the image does not know); remove it, and mount a volume below {HOME_DIR} to keep a cache",
+    }
     for kind in engines.KINDS:
         for name in engines.get(kind).offline_env:
-            owners[name] = "airgap.offline"
-    owners["RAY_USAGE_STATS_ENABLED"] = "airgap.offline"
-    owners["PREFIX_CACHING"] = "engine.enablePrefixCaching"  # TGI's only switch for it
-    owners["HF_TOKEN"] = "model.credentialsSecret"
+            owners[name] = "airgap.offline decides it; remove it and set airgap.offline instead"
+    owners["RAY_USAGE_STATS_ENABLED"] = owners["HF_HUB_OFFLINE"]
+    owners["PREFIX_CACHING"] = "engine.enablePrefixCaching decides it (TGI); remove it and set that field instead"
+    owners["HF_TOKEN"] = (
+        "model.credentialsSecret decides it (the Secret's key `token`); remove it and name the Secret there instead"
+    )
     for name in LWS_ENV:
-        owners[name] = "placement.groupEngine (the LeaderWorkerSet controller sets it)"
+        owners[name] = (
+            "the LeaderWorkerSet controller sets it in every pod of a group (placement.groupEngine: lws); remove it"
+        )
     return owners
 
 
@@ -280,14 +287,7 @@ def env_problems(env: Sequence[EnvVar]) -> list[tuple[profile_base.Loc, str]]:
     for i, var in enumerate(env):
         owner = DEPLOYCTL_ENV.get(var.name)
         if owner is not None:
-            fix = (
-                "remove it"
-                if owner.startswith("(none")
-                else f"remove it and set {owner.split(' ')[0]} instead, which controls it"
-            )
-            problems.append(
-                (("env", i, "name"), f"{var.name} is set by deployctl in the engine container ({owner}); {fix}")
-            )
+            problems.append((("env", i, "name"), f"{var.name} is set by deployctl in the engine container: {owner}"))
         if var.name in seen:
             problems.append(
                 (("env", i, "name"), f"{var.name} is already set by engine.env[{seen[var.name]}]; keep one of them")

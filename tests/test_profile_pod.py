@@ -231,21 +231,30 @@ def test_every_name_deployctl_sets_in_the_container_is_refused_by_the_profile() 
         (
             "  env:\n  - {name: HF_HUB_OFFLINE, value: '0'}\n",
             "engine.env.0.name (line 15)",
-            "HF_HUB_OFFLINE is set by deployctl in the engine container (airgap.offline); remove it and set "
-            "airgap.offline instead, which controls it",
+            "HF_HUB_OFFLINE is set by deployctl in the engine container: airgap.offline decides it; remove it and "
+            "set airgap.offline instead",
         ),
         (
             "  env:\n  - {name: HF_TOKEN, valueFrom: {secretKeyRef: {name: hf, key: token}}}\n",
             "engine.env.0.name (line 15)",
-            "HF_TOKEN is set by deployctl in the engine container (model.credentialsSecret); remove it and set "
-            "model.credentialsSecret instead",
+            "HF_TOKEN is set by deployctl in the engine container: model.credentialsSecret decides it (the Secret's "
+            "key `token`); remove it and name the Secret there instead",
         ),
         (
             "  env:\n  - {name: PREFIX_CACHING, value: '0'}\n",
             "engine.env.0.name",
-            "set engine.enablePrefixCaching instead",
+            "engine.enablePrefixCaching decides it (TGI); remove it and set that field instead",
         ),
-        ("  env:\n  - {name: HOME, value: /tmp}\n", "engine.env.0.name", "HOME is set by deployctl"),
+        (
+            "  env:\n  - {name: HOME, value: /tmp}\n",
+            "engine.env.0.name",
+            "HOME is set by deployctl in the engine container: deployctl points it at /home/vllm",
+        ),
+        (
+            "  env:\n  - {name: LWS_WORKER_INDEX, value: '0'}\n",
+            "engine.env.0.name",
+            "the LeaderWorkerSet controller sets it in every pod of a group (placement.groupEngine: lws); remove it",
+        ),
         (
             "  envFrom:\n  - {prefix: APP_}\n",
             "engine.envFrom.0 (line 15)",
