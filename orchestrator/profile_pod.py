@@ -34,6 +34,13 @@ SHM_DIR = "/dev/shm"
 DEPLOYCTL_VOLUMES = ("model", "dshm", "home")
 # LeaderWorkerSet injects these into every pod of a group (sigs.k8s.io/lws, pkg/utils/env).
 LWS_ENV = ("LWS_LEADER_ADDRESS", "LWS_GROUP_SIZE", "LWS_WORKER_INDEX")
+# The KubeRay operator sets these in a RayCluster's Ray container unless the pod spec already does
+# (ray-operator/controllers/ray/utils/constant.go): one of the profile's would win and break the join.
+KUBERAY_ENV = (
+    *("RAY_CLUSTER_NAME", "RAY_IP", "FQ_RAY_IP", "RAY_PORT", "RAY_ADDRESS", "KUBERAY_GEN_RAY_START_CMD"),
+    *("RAY_USAGE_STATS_KUBERAY_IN_USE", "RAY_USAGE_STATS_EXTRA_TAGS", "RAY_CLOUD_INSTANCE_ID", "RAY_NODE_TYPE_NAME"),
+    "RAY_DASHBOARD_ENABLE_K8S_DISK_USAGE",
+)
 
 
 def _deployctl_env() -> dict[str, str]:
@@ -55,6 +62,8 @@ def _deployctl_env() -> dict[str, str]:
         owners[name] = (
             "the LeaderWorkerSet controller sets it in every pod of a group (placement.groupEngine: lws); remove it"
         )
+    for name in KUBERAY_ENV:
+        owners[name] = "the KubeRay operator sets it in every pod of a copy (placement.groupEngine: kuberay); remove it"
     return owners
 
 

@@ -251,6 +251,11 @@ def test_every_name_deployctl_sets_in_the_container_is_refused_by_the_profile() 
             "HOME is set by deployctl in the engine container: deployctl points it at /home/vllm",
         ),
         (
+            "  env:\n  - {name: RAY_ADDRESS, value: 'head:6379'}\n",
+            "engine.env.0.name",
+            "the KubeRay operator sets it in every pod of a copy (placement.groupEngine: kuberay); remove it",
+        ),
+        (
             "  env:\n  - {name: LWS_WORKER_INDEX, value: '0'}\n",
             "engine.env.0.name",
             "the LeaderWorkerSet controller sets it in every pod of a group (placement.groupEngine: lws); remove it",
