@@ -95,7 +95,7 @@ def test_env_from_a_secret_reaches_the_container_after_deployctls_own(tmp_path: 
     assert spec["containers"][0]["envFrom"] == [{"configMapRef": {"name": "engine-settings"}, "prefix": "APP_"}]
 
 
-def test_no_env_from_leaves_env_from_out_of_the_pod(tmp_path: pathlib.Path) -> None:
+def test_a_profile_without_pod_fields_renders_none_of_them() -> None:
     (spec,) = pod_specs(DEV)
     assert "envFrom" not in spec["containers"][0]
     assert spec["securityContext"].keys().isdisjoint({"fsGroup", "fsGroupChangePolicy"})
