@@ -18,14 +18,14 @@ import math
 import pathlib
 import re
 import shlex
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
 import jinja2
 import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
-from orchestrator import catalog, conventions, planner
+from orchestrator import catalog, conventions, planner, profile_pod
 from orchestrator import profile as profiles
 
 CHART_NAME = "vllm-inference"  # also app.kubernetes.io/name, as in a chart made by `helm create`
@@ -41,7 +41,7 @@ GPU_PRODUCT_LABEL = conventions.GPU_PRODUCT_LABEL
 # and give it a writable HOME for the caches engines and their kernels write (torch.compile,
 # Triton, FlashInfer). The weights must then be readable by any user (0644 files, 0755 directories).
 RUN_AS_UID = 1000
-HOME_DIR = "/home/vllm"
+HOME_DIR = profile_pod.HOME_DIR
 
 
 # Start-up time when the profile does not give engine.startupSeconds: a fixed part (CUDA and
@@ -78,7 +78,7 @@ MP_MASTER_PORT = 29500
 # workers and starts vLLM.
 RAY_OVERWRITE_CMD_ANNOTATION = "ray.io/overwrite-container-cmd"
 # LeaderWorkerSet injects these into every pod of a group (sigs.k8s.io/lws, pkg/utils/env).
-LWS_ENV = ("LWS_LEADER_ADDRESS", "LWS_GROUP_SIZE", "LWS_WORKER_INDEX")
+LWS_ENV = profile_pod.LWS_ENV
 LWS_GROUP_KEY_LABEL = "leaderworkerset.sigs.k8s.io/group-key"
 HOSTNAME_TOPOLOGY = "kubernetes.io/hostname"
 # Characters of the release name kept in a RayCluster's name: KubeRay derives longer names from it
@@ -296,6 +296,26 @@ class Values(_Values):
         description="Liveness probe on the engine's probe path; patient: a busy server is slow, a restart costs "
         "minutes."
     )
+    extraEnv: list[dict[str, Any]] = Field(
+        default_factory=list,
+        description="More EnvVars of the engine container, after `server.env` (the profile's engine.env): `{name, "
+        "value}` or `{name, valueFrom: {secretKeyRef: {name, key}}}`.",
+    )
+    envFrom: list[dict[str, Any]] = Field(
+        default_factory=list,
+        description="EnvFromSources of the engine container (the profile's engine.envFrom): `{secretRef: {name}}`, "
+        "`{configMapRef: {name}, prefix: APP_}`.",
+    )
+    extraVolumes: list[dict[str, Any]] = Field(
+        default_factory=list,
+        description="More volumes of the engine pods, after the weights, /dev/shm and HOME (the profile's "
+        "engine.volumes).",
+    )
+    extraVolumeMounts: list[dict[str, Any]] = Field(
+        default_factory=list,
+        description="More volumeMounts of the engine container, `{name, mountPath, readOnly, subPath}` (the "
+        "profile's engine.volumeMounts).",
+    )
     podSecurityContext: dict[str, Any] = Field(description="Pod security context (Pod Security `restricted`).")
     securityContext: dict[str, Any] = Field(description="Container security context (Pod Security `restricted`).")
     podLabels: dict[str, str] = Field(default_factory=dict, description="Extra labels on the pods.")
@@ -383,8 +403,13 @@ def _resolve(profile: profiles.Profile, plan: planner.Plan, strategy: Mapping[st
             "runAsUser": RUN_AS_UID,
             "runAsGroup": RUN_AS_UID,
             "seccompProfile": {"type": "RuntimeDefault"},
+            **_fs_group(engine),
         },
         securityContext={"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}},
+        extraEnv=_k8s(engine.env),
+        envFrom=_k8s(engine.envFrom),
+        extraVolumes=_k8s(engine.volumes),
+        extraVolumeMounts=_k8s(engine.volumeMounts),
         podLabels=_sorted(placement.podLabels),
         podAnnotations=_sorted(placement.podAnnotations),
         nodeSelector=_sorted(placement.nodeSelector),
@@ -407,6 +432,19 @@ def _strategy(spec: Mapping[str, Any]) -> StrategyValues:
     return StrategyValues(
         type=spec["type"], **{k: v for k, v in rolling.items() if k in ("maxSurge", "maxUnavailable")}
     )
+
+
+def _k8s(items: Sequence[BaseModel]) -> list[dict[str, Any]]:
+    """Profile items as the Kubernetes objects they mirror; a field left at its default is left out, as
+    the API server defaults it the same way."""
+    return [item.model_dump(mode="json", exclude_defaults=True) for item in items]
+
+
+def _fs_group(engine: profiles.EngineSpec) -> dict[str, Any]:
+    if engine.fsGroup is None:
+        return {}
+    # OnRootMismatch unless told otherwise: see the field's description (a chown walk of the weights).
+    return {"fsGroup": engine.fsGroup, "fsGroupChangePolicy": engine.fsGroupChangePolicy or "OnRootMismatch"}
 
 
 def _env(profile: profiles.Profile) -> list[dict[str, Any]]:
@@ -526,6 +564,9 @@ _POD_SHAPING = (
     "securityContext", "podLabels", "podAnnotations", "nodeSelector", "affinity", "tolerations",
     "priorityClassName", "runtimeClassName", "terminationGracePeriodSeconds", "group",
 )  # fmt: skip
+# Also pod-shaping, but hashed only when set, so that a release which sets none of them keeps the copy
+# names it had before they existed (a new name restarts every copy).
+_POD_SHAPING_WHEN_SET = ("extraEnv", "envFrom", "extraVolumes", "extraVolumeMounts")
 
 
 def _with_copies(values: Values, profile: profiles.Profile) -> Values:
@@ -535,7 +576,8 @@ def _with_copies(values: Values, profile: profiles.Profile) -> Values:
     group = values.group
     if not group.engine:
         return values
-    shaping = values.model_dump(mode="json", include=set(_POD_SHAPING))
+    dumped = values.model_dump(mode="json")
+    shaping = {k: dumped[k] for k in _POD_SHAPING} | {k: dumped[k] for k in _POD_SHAPING_WHEN_SET if dumped[k]}
     digest = hashlib.sha256(json.dumps(shaping, sort_keys=True).encode()).hexdigest()[:8]
     topology = profile.placement.topologyKey
     if group.engine == "lws":
