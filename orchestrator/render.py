@@ -25,7 +25,7 @@ import jinja2
 import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
-from orchestrator import catalog, conventions, planner
+from orchestrator import catalog, conventions, errors, planner
 from orchestrator import profile as profiles
 
 CHART_NAME = "vllm-inference"  # also app.kubernetes.io/name, as in a chart made by `helm create`
@@ -446,9 +446,11 @@ def _probe(path: str, *, timeout: int, failures: int, period: int = PROBE_PERIOD
 
 def _affinity(profile: profiles.Profile) -> dict[str, Any]:
     expressions: list[dict[str, Any]] = []
-    if profile.placement.matchGpuProduct and profile.hardware.gpu:
-        products = sorted(catalog.gpu(profile.hardware.gpu).product_labels)
-        expressions.append({"key": GPU_PRODUCT_LABEL, "operator": "In", "values": products})
+    if profile.placement.matchGpuProduct:
+        products = catalog.product_labels(profile.hardware.gpu, profile.hardware.productLabels)
+        if products is None:  # the planner refuses this first; never render the pod without the constraint
+            raise errors.InvalidProfile(planner.product_labels_missing(profile))
+        expressions.append({"key": GPU_PRODUCT_LABEL, "operator": "In", "values": sorted(products)})
     if profile.nvlink_required:
         label = profile.placement.nvlinkLabel
         expressions.append({"key": label.key, "operator": "In", "values": [label.value]})
