@@ -302,7 +302,9 @@ class Values(_Values):
     podAnnotations: dict[str, str] = Field(default_factory=dict, description="Extra annotations on the pods.")
     nodeSelector: dict[str, str] = Field(default_factory=dict, description="Node labels a pod requires.")
     affinity: dict[str, Any] = Field(
-        default_factory=dict, description="Pod affinity: the required GPU product and NVLink node labels."
+        default_factory=dict,
+        description="Pod affinity: the required GPU product (`nvidia.com/gpu.product` In the profile's "
+        "hardware.productLabels, else the catalog's values for hardware.gpu) and NVLink node labels.",
     )
     tolerations: list[dict[str, Any]] = Field(default_factory=list, description="Tolerations of the pods.")
     priorityClassName: str = Field(default="", description="PriorityClass of the pods; empty: none.")
