@@ -163,8 +163,10 @@ def gpu_pools(
 ) -> list[dict[str, Any]]:
     """GPU inventory for `deployctl inventory`: one row per (product, NVLink) pool of GPU nodes.
 
-    Rows carry product, nvlink (bool), nodes (count), gpus_total and gpus_free. Free GPUs on a
-    cordoned node are not counted as free: no new pod can use them.
+    Rows carry product, gpu (the catalog key hardware.gpu takes for that product, None outside the
+    catalog: such a GPU is described by hardware.memoryGiB and hardware.productLabels), nvlink
+    (bool), nodes (count), gpus_total and gpus_free. Free GPUs on a cordoned node are not counted
+    as free: no new pod can use them.
     """
     used, _ = _gpus_by_node(pods, namespace=None, release=None)
     pools: dict[tuple[str, bool], dict[str, Any]] = {}
@@ -174,7 +176,18 @@ def gpu_pools(
             continue
         labels = _labels(node)
         key = (labels.get(PRODUCT_LABEL, "unknown"), labels.get(nvlink_label[0]) == nvlink_label[1])
-        row = pools.setdefault(key, {"product": key[0], "nvlink": key[1], "nodes": 0, "gpus_total": 0, "gpus_free": 0})
+        known = catalog.gpu_for_product_label(key[0])
+        row = pools.setdefault(
+            key,
+            {
+                "product": key[0],
+                "gpu": known.key if known else None,
+                "nvlink": key[1],
+                "nodes": 0,
+                "gpus_total": 0,
+                "gpus_free": 0,
+            },
+        )
         row["nodes"] += 1
         row["gpus_total"] += total
         if not _cordoned(node):

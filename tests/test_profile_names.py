@@ -15,7 +15,7 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from orchestrator import cli, json_schema, preflight, profile
+from orchestrator import cli, json_schema, preflight, profile, views
 from orchestrator.errors import ExitCode
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
@@ -181,6 +181,22 @@ def test_preflight_places_a_custom_gpu_only_on_nodes_with_its_product_label(tmp_
     )
     refused = preflight.check(prof, nodes[1:], [], deployment_exists=False)
     assert refused.refusal is not None and "of product NVIDIA-B200" in refused.refusal
+
+
+def test_inventory_names_the_catalog_gpu_of_each_product_and_the_labels_to_copy_for_others(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    nodes = [_node("b200-0", "NVIDIA-B200"), _node("h100-0", "NVIDIA-H100-80GB-HBM3")]
+    pools = preflight.gpu_pools(nodes, [])
+    assert [(p["product"], p["gpu"]) for p in pools] == [("NVIDIA-B200", None), ("NVIDIA-H100-80GB-HBM3", "H100-80GB")]
+    # The cluster read is views' job (e2e); here the CLI prints what gpu_pools made of these nodes.
+    monkeypatch.setattr(views, "inventory", lambda options: pools)
+    result = run("inventory")
+    assert result.exit_code == 0, result.output
+    rows = [line.split() for line in result.stdout.splitlines()]
+    assert rows[0] == ["PRODUCT", "GPU", "NVLINK", "NODES", "GPUS", "FREE"]
+    assert rows[2][:2] == ["NVIDIA-B200", "-"] and rows[3][:2] == ["NVIDIA-H100-80GB-HBM3", "H100-80GB"]
+    assert "hardware.productLabels: [NVIDIA-B200]" in result.stdout
 
 
 # --- 4. quoting hints -------------------------------------------------------------------------------------
