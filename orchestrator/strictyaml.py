@@ -119,8 +119,9 @@ def quoting_hint(doc: Document, path: Path, value: Any) -> str | None:
     if kind is None:
         return None
     written = doc.scalars.get(tuple(path))
-    if written is None:  # set from outside the text (--set, an object read from the cluster)
-        written = "null" if value is None else str(value).lower() if isinstance(value, bool) else str(value)
+    if written is None:  # set from outside the text (--set, an object read from the cluster): the text is gone
+        shown = "null" if value is None else str(value).lower() if isinstance(value, bool) else str(value)
+        return f"YAML reads the value as {kind} ({shown}); quote it to keep it a string"
     if not written:
         return f'an empty value is {kind} in YAML; write a string, or quote an empty one: ""'
     return f'`{written}` is {kind} in YAML; quote it: "{written}"'

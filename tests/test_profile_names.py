@@ -220,6 +220,15 @@ def test_an_unquoted_non_string_where_a_string_belongs_says_how_to_quote_it(
     assert "Input should be a valid string" not in result.stderr
 
 
+def test_a_non_string_from_set_gets_the_same_hint(tmp_path: pathlib.Path) -> None:
+    result = run("validate", str(write(tmp_path)), "--set", "placement.nodeSelector.pool=on")
+    assert result.exit_code == ExitCode.INVALID_PROFILE
+    assert "placement.nodeSelector.pool (from --set placement.nodeSelector.pool=on): YAML reads the value as a " in (
+        result.stderr
+    )
+    assert "boolean (true); quote it to keep it a string" in result.stderr
+
+
 def test_a_quoted_value_passes(tmp_path: pathlib.Path) -> None:
     result = run("validate", str(write(tmp_path, placement='  nodeSelector: {gpu: "true"}')))
     assert result.exit_code == 0, result.output
