@@ -50,7 +50,6 @@ NVLINK_LABEL_KEY = "deployctl.dev/nvlink"
 EngineSpec = profile_engine.EngineSpec
 _dns_label = profile_base.dns_label
 _no_reserved_labels = profile_base.no_reserved_labels
-_unknown = profile_base.unknown
 Loc = profile_errors.Loc
 
 
@@ -167,9 +166,7 @@ class ModelSpec(_Model):
     @pydantic.field_validator("architecture")
     @classmethod
     def _known_architecture(cls, v: str | None) -> str | None:
-        if v is not None and v not in catalog.architecture_keys():
-            raise ValueError(_unknown(v, "architecture", catalog.architecture_keys()))
-        return v
+        return None if v is None else catalog.resolve_architecture(v)  # any case; the catalog's spelling kept
 
     @pydantic.model_validator(mode="after")
     def _one_of_architecture_or_config(self) -> ModelSpec:
@@ -192,6 +189,13 @@ class HardwareSpec(_Model):
         default=None, gt=0, le=4096, description="Override: GPU memory in GiB as CUDA reports it (total)."
     )
     fp8: bool | None = Field(default=None, description="Override: whether the GPU has native fp8.")
+    productLabels: list[str] | None = Field(
+        default=None,
+        description="Values of the `nvidia.com/gpu.product` node label (set by GPU feature discovery) a node may "
+        "carry for these GPUs; they replace the catalog's for hardware.gpu. Required for a GPU outside the "
+        "catalog while placement.matchGpuProduct is on, so the constraint is never silently dropped.",
+        examples=[["NVIDIA-B200"]],
+    )
     gpusPerNode: int = Field(
         default=8,
         ge=1,
@@ -212,8 +216,13 @@ class HardwareSpec(_Model):
     @pydantic.field_validator("gpu")
     @classmethod
     def _known_gpu(cls, v: str | None) -> str | None:
-        if v is not None and v not in catalog.gpu_keys():
-            raise ValueError(_unknown(v, "GPU", catalog.gpu_keys()))
+        return None if v is None else catalog.resolve_gpu(v)  # any case; the catalog's spelling kept
+
+    @pydantic.field_validator("productLabels")
+    @classmethod
+    def _product_labels(cls, v: list[str] | None) -> list[str] | None:
+        if v is not None and (not v or not all(v)):
+            raise ValueError("give at least one non-empty nvidia.com/gpu.product value, e.g. [NVIDIA-B200]")
         return v
 
     @pydantic.model_validator(mode="after")
@@ -253,8 +262,9 @@ class PlacementSpec(_Model):
     )
     matchGpuProduct: bool = Field(
         default=True,
-        description="Require nodes whose `nvidia.com/gpu.product` label matches hardware.gpu, so the VRAM "
-        "math holds on the node the pod lands on.",
+        description="Require nodes whose `nvidia.com/gpu.product` label is one of hardware.productLabels (default: "
+        "the catalog's for hardware.gpu), so the VRAM math holds on the node the pod lands on. Only NVIDIA's "
+        "label is matched.",
     )
     tolerations: list[Toleration] = Field(
         default_factory=_default_tolerations,

@@ -6,7 +6,6 @@ Kept apart from orchestrator/profile.py so the sections split into their own mod
 
 from __future__ import annotations
 
-import difflib
 import re
 
 from pydantic import BaseModel, ConfigDict
@@ -42,12 +41,6 @@ def no_reserved_labels(labels: dict[str, str]) -> dict[str, str]:
             "use your own prefix, e.g. example.com/team"
         )
     return labels
-
-
-def unknown(value: str, what: str, known: list[str]) -> str:
-    close = difflib.get_close_matches(value, known, n=1)
-    hint = f"did you mean {close[0]!r}? " if close else ""
-    return f"unknown {what} {value!r}; {hint}known: {', '.join(known)}"
 
 
 Loc = tuple[str | int, ...]

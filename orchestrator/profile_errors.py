@@ -28,7 +28,7 @@ def describe(exc: pydantic.ValidationError, doc: strictyaml.Document, source: st
         field = ".".join(str(p) for p in loc) or "(top level)"
         origin = doc.origin_of(loc)
         where = f" (from {origin})" if origin else f" (line {line})" if line else ""
-        problems.append((line or 0, f"  {field}{where}: {_message(err, loc, root)}"))
+        problems.append((line or 0, f"  {field}{where}: {_message(err, loc, root, doc)}"))
     problems.sort(key=lambda item: item[0])  # in file order, as the user reads it
     return "\n".join([f"{source}: {len(problems)} problem(s) in the profile:"] + [text for _, text in problems])
 
@@ -40,7 +40,7 @@ def _clean_loc(loc: tuple[Any, ...]) -> Loc:
     return tuple(loc)
 
 
-def _message(err: Any, loc: Loc, root: type[BaseModel]) -> str:
+def _message(err: Any, loc: Loc, root: type[BaseModel], doc: strictyaml.Document) -> str:
     kind = err["type"]
     if kind == "extra_forbidden":
         parent = _model_at(root, loc[:-1])
@@ -50,6 +50,8 @@ def _message(err: Any, loc: Loc, root: type[BaseModel]) -> str:
         return f"unknown key; {hint}allowed here: {', '.join(known)}" if known else "unknown key"
     if kind == "missing":
         return "required field is missing; add it (see profiles/ for examples)"
+    if kind == "string_type" and (quoted := strictyaml.quoting_hint(doc, loc, err.get("input"))):
+        return quoted
     msg = str(err["msg"])
     msg = msg.removeprefix("Value error, ")
     if kind in (

@@ -25,7 +25,7 @@ import jinja2
 import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
-from orchestrator import catalog, conventions, planner, profile_pod
+from orchestrator import catalog, conventions, errors, planner, profile_pod
 from orchestrator import profile as profiles
 
 CHART_NAME = "vllm-inference"  # also app.kubernetes.io/name, as in a chart made by `helm create`
@@ -322,7 +322,9 @@ class Values(_Values):
     podAnnotations: dict[str, str] = Field(default_factory=dict, description="Extra annotations on the pods.")
     nodeSelector: dict[str, str] = Field(default_factory=dict, description="Node labels a pod requires.")
     affinity: dict[str, Any] = Field(
-        default_factory=dict, description="Pod affinity: the required GPU product and NVLink node labels."
+        default_factory=dict,
+        description="Pod affinity: the required GPU product (`nvidia.com/gpu.product` In the profile's "
+        "hardware.productLabels, else the catalog's values for hardware.gpu) and NVLink node labels.",
     )
     tolerations: list[dict[str, Any]] = Field(default_factory=list, description="Tolerations of the pods.")
     priorityClassName: str = Field(default="", description="PriorityClass of the pods; empty: none.")
@@ -484,9 +486,11 @@ def _probe(path: str, *, timeout: int, failures: int, period: int = PROBE_PERIOD
 
 def _affinity(profile: profiles.Profile) -> dict[str, Any]:
     expressions: list[dict[str, Any]] = []
-    if profile.placement.matchGpuProduct and profile.hardware.gpu:
-        products = sorted(catalog.gpu(profile.hardware.gpu).product_labels)
-        expressions.append({"key": GPU_PRODUCT_LABEL, "operator": "In", "values": products})
+    if profile.placement.matchGpuProduct:
+        products = catalog.product_labels(profile.hardware.gpu, profile.hardware.productLabels)
+        if products is None:  # the planner refuses this first; never render the pod without the constraint
+            raise errors.InvalidProfile(planner.product_labels_missing(profile))
+        expressions.append({"key": GPU_PRODUCT_LABEL, "operator": "In", "values": sorted(products)})
     if profile.nvlink_required:
         label = profile.placement.nvlinkLabel
         expressions.append({"key": label.key, "operator": "In", "values": [label.value]})

@@ -88,6 +88,21 @@ def generate() -> str:
         "duplicate keys, YAML anchors/aliases and several documents are errors; every error names the field "
         "and its line. Examples: [`profiles/`](../profiles/).",
         "",
+        "`hardware.gpu` and `model.architecture` name catalog entries in any case (`a100-80gb` is `A100-80GB`); "
+        "plans, rendered objects and messages use the catalog's spelling. A string field given an unquoted "
+        '`true`, `yes`, `on`, a number or a date is refused with the value to quote (`"true"`).',
+        "",
+        "**Editor support.** `deployctl schema` prints the profile's JSON Schema (draft 2020-12, generated "
+        "from the same models as this page; the package ships it as `orchestrator/data/profile.schema.json`). "
+        "The examples in `profiles/` name it in their first line, so an editor with the YAML language server "
+        "completes keys and marks unknown ones. For profiles outside this repository, write the schema next "
+        "to them and add that line yourself:",
+        "",
+        "```bash",
+        "deployctl schema > profile.schema.json",
+        "sed -i '1i # yaml-language-server: $schema=./profile.schema.json' my-profile.yaml",
+        "```",
+        "",
     ]
     for model in _models(profile.Profile):
         lines += [f"## {model.__name__}", ""]
