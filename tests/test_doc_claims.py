@@ -37,7 +37,7 @@ import pytest
 import yaml
 from pydantic import BaseModel
 
-from orchestrator import errors, profile, render, vllm_flags
+from orchestrator import chart_values, errors, profile, render, vllm_flags
 
 ROOT = docblocks.ROOT
 DEPLOYCTL = str(Path(sys.executable).parent / "deployctl")
@@ -92,7 +92,7 @@ def _is_map(annotation: Any) -> bool:
 def descriptions() -> list[tuple[str, str]]:
     """(where, text) of every Field description of the profile and of the Helm chart's values."""
     found = []
-    for model in [*_models(profile.Profile), *_models(render.Values)]:
+    for model in [*_models(profile.Profile), *_models(chart_values.Values)]:
         source = model.__module__.replace(".", "/") + ".py"
         for name, info in model.model_fields.items():
             if info.description:

@@ -199,28 +199,28 @@ def test_every_name_deployctl_sets_in_the_container_is_refused_by_the_profile() 
     [
         (
             "  env:\n  - {name: 1BAD, value: x}\n",
-            "engine.env.0.name (line 15)",
+            "engine.env.0.name (line 16)",
             "'1BAD' is not a valid variable name: use letters, digits and '_', not starting with a digit",
         ),
         (
             "  env:\n  - {name: A, value: x}\n  - {name: A, value: y}\n",
-            "engine.env.1.name (line 16)",
+            "engine.env.1.name (line 17)",
             "A is already set by engine.env[0]; keep one of them",
         ),
         (
             "  env:\n  - {name: A, value: x, valueFrom: {secretKeyRef: {name: s, key: k}}}\n",
-            "engine.env.0 (line 15)",
+            "engine.env.0 (line 16)",
             "A: give exactly one of value (a literal) or valueFrom (a Secret or ConfigMap key)",
         ),
         (
             "  env:\n  - {name: A}\n",
-            "engine.env.0 (line 15)",
+            "engine.env.0 (line 16)",
             "A: give exactly one of value (a literal) or valueFrom",
         ),
         (
             "  env:\n  - name: A\n"
             "    valueFrom: {secretKeyRef: {name: s, key: k}, configMapKeyRef: {name: c, key: k}}\n",
-            "engine.env.0.valueFrom (line 16)",
+            "engine.env.0.valueFrom (line 17)",
             "give exactly one of secretKeyRef or configMapKeyRef, each as {name, key}",
         ),
         (
@@ -230,13 +230,13 @@ def test_every_name_deployctl_sets_in_the_container_is_refused_by_the_profile() 
         ),
         (
             "  env:\n  - {name: HF_HUB_OFFLINE, value: '0'}\n",
-            "engine.env.0.name (line 15)",
+            "engine.env.0.name (line 16)",
             "HF_HUB_OFFLINE is set by deployctl in the engine container: airgap.offline decides it; remove it and "
             "set airgap.offline instead",
         ),
         (
             "  env:\n  - {name: HF_TOKEN, valueFrom: {secretKeyRef: {name: hf, key: token}}}\n",
-            "engine.env.0.name (line 15)",
+            "engine.env.0.name (line 16)",
             "HF_TOKEN is set by deployctl in the engine container: model.credentialsSecret decides it (the Secret's "
             "key `token`); remove it and name the Secret there instead",
         ),
@@ -262,40 +262,40 @@ def test_every_name_deployctl_sets_in_the_container_is_refused_by_the_profile() 
         ),
         (
             "  envFrom:\n  - {prefix: APP_}\n",
-            "engine.envFrom.0 (line 15)",
+            "engine.envFrom.0 (line 16)",
             "give exactly one of secretRef or configMapRef, each as {name}",
         ),
         (
             "  envFrom:\n  - {secretRef: {name: s}, prefix: 9X}\n",
-            "engine.envFrom.0.prefix (line 15)",
+            "engine.envFrom.0.prefix (line 16)",
             "prefix '9X' must start a valid variable name",
         ),
         (
             "  volumes:\n  - {name: dshm, emptyDir: {}}\n",
-            "engine.volumes.0.name (line 15)",
+            "engine.volumes.0.name (line 16)",
             "volume name 'dshm' is taken: deployctl adds volumes model, dshm, home to every pod (weights, /dev/shm, "
             "HOME); choose another name",
         ),
         (
             "  volumes:\n  - {name: Chat_Template, emptyDir: {}}\n",
-            "engine.volumes.0.name (line 15)",
+            "engine.volumes.0.name (line 16)",
             "'Chat_Template' is not a valid volume name",
         ),
         (
             "  volumes:\n  - {name: x, emptyDir: {}, configMap: {name: c}}\n",
-            "engine.volumes.0 (line 15)",
+            "engine.volumes.0 (line 16)",
             "volume 'x' has 2 sources (configMap, emptyDir); give exactly one of persistentVolumeClaim, configMap, "
             "secret, emptyDir",
         ),
-        ("  volumes:\n  - {name: x}\n", "engine.volumes.0 (line 15)", "volume 'x' has 0 sources (none)"),
+        ("  volumes:\n  - {name: x}\n", "engine.volumes.0 (line 16)", "volume 'x' has 0 sources (none)"),
         (
             "  volumes:\n  - {name: x, hostPath: {path: /}}\n",
-            "engine.volumes.0.hostPath (line 15)",
+            "engine.volumes.0.hostPath (line 16)",
             "unknown key; allowed here: configMap, emptyDir, name, persistentVolumeClaim, secret",
         ),
         (
             "  volumes:\n  - {name: x, emptyDir: {}}\n  - {name: x, emptyDir: {}}\n",
-            "engine.volumes.1.name (line 16)",
+            "engine.volumes.1.name (line 17)",
             "volume 'x' is already declared at engine.volumes[0]; give each volume its own name",
         ),
         (
@@ -305,12 +305,12 @@ def test_every_name_deployctl_sets_in_the_container_is_refused_by_the_profile() 
         ),
         (
             "  volumes:\n  - {name: x, emptyDir: {}}\n  volumeMounts:\n  - {name: y, mountPath: /y}\n",
-            "engine.volumeMounts.0.name (line 17)",
+            "engine.volumeMounts.0.name (line 18)",
             "no volume 'y' in engine.volumes (declared: x); declare it there or fix the name",
         ),
         (
             "  volumes:\n  - {name: x, emptyDir: {}}\n  volumeMounts:\n  - {name: x, mountPath: data}\n",
-            "engine.volumeMounts.0.mountPath (line 17)",
+            "engine.volumeMounts.0.mountPath (line 18)",
             "mountPath 'data' must be an absolute, normalised path below / (no trailing '/', '.' or '..'), e.g. /data",
         ),
         (
@@ -320,7 +320,7 @@ def test_every_name_deployctl_sets_in_the_container_is_refused_by_the_profile() 
         ),
         (
             "  volumes:\n  - {name: x, emptyDir: {}}\n  volumeMounts:\n  - {name: x, mountPath: /models/extra}\n",
-            "engine.volumeMounts.0.mountPath (line 17)",
+            "engine.volumeMounts.0.mountPath (line 18)",
             "/models/extra lies below /models, where deployctl mounts the weights (model.source.mountPath); "
             "choose a path outside it, e.g. /etc/extra",
         ),
@@ -343,7 +343,7 @@ def test_every_name_deployctl_sets_in_the_container_is_refused_by_the_profile() 
         (
             "  volumes:\n  - {name: x, emptyDir: {}}\n  volumeMounts:\n"
             "  - {name: x, mountPath: /a}\n  - {name: x, mountPath: /a}\n",
-            "engine.volumeMounts.1.mountPath (line 18)",
+            "engine.volumeMounts.1.mountPath (line 19)",
             "/a is already mounted by engine.volumeMounts[0]",
         ),
         (
@@ -353,11 +353,11 @@ def test_every_name_deployctl_sets_in_the_container_is_refused_by_the_profile() 
         ),
         (
             "  fsGroupChangePolicy: Always\n",
-            "engine.fsGroupChangePolicy (line 14)",
+            "engine.fsGroupChangePolicy (line 15)",
             "fsGroupChangePolicy applies only with engine.fsGroup; set engine.fsGroup (the group id that should own "
             "the volumes' files) or remove fsGroupChangePolicy",
         ),
-        ("  fsGroup: -1\n", "engine.fsGroup (line 14)", "greater than or equal to 0"),
+        ("  fsGroup: -1\n", "engine.fsGroup (line 15)", "greater than or equal to 0"),
     ],
     ids=lambda v: v if isinstance(v, str) and "\n" not in v and v.startswith("engine.") else None,
 )
