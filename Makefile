@@ -81,8 +81,9 @@ demo: venv build ## The whole story on the local cluster: plan, apply, SLO rollb
 bench: venv build ## Benchmarks in bench/ (figures printed; see docs/benchmark.md).
 	for b in bench/bench_*.py; do $(PY) $$b || exit 1; done
 
-docs-reference: venv ## Regenerate docs/profile-reference.md, the chart's values.schema.json and its README's values table.
+docs-reference: venv ## Regenerate docs/profile-reference.md, the profile's JSON Schema, the chart's values.schema.json and its README's values table.
 	$(PY) scripts/gen_profile_reference.py
+	$(PY) scripts/gen_profile_schema.py
 	$(PY) scripts/gen_chart_schema.py
 	$(PY) scripts/gen_chart_readme.py
 

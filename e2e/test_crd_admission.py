@@ -59,12 +59,21 @@ def test_a_profile_object_is_admitted_and_read_back_is_the_same_profile(
     assert validated.code == 0 and "valid; fits (llama3-70b, TP=4" in validated.stdout
 
 
+def test_catalog_names_are_admitted_in_any_case_as_the_loader_reads_them(
+    installed: kubernetes.client.ApiClient, namespace: str
+) -> None:
+    created = _create(installed, namespace, _object(namespace, hardware={"gpu": "a100-80gb"}))
+    assert created["spec"]["hardware"]["gpu"] == "a100-80gb"  # stored as written; deployctl reads A100-80GB
+    assert profile.from_object(created, "cluster").hardware.gpu == "A100-80GB"
+
+
 @pytest.mark.parametrize(
     ("changes", "says"),
     [
         ({"engine": {"image": "registry.internal/vllm:latest"}}, "pinned by digest"),
         ({"model": {"config": "config.json"}}, "exactly one of model.architecture"),
-        ({"hardware": {"gpu": "H100-81GB"}}, "Unsupported value"),
+        ({"hardware": {"gpu": "H100-81GB"}}, "unknown GPU; known (any case): A10, A100-40GB"),
+        ({"model": {"architecture": "llama-3-71b"}}, "unknown architecture; known (any case)"),
         ({"engine": {"tensorParallelSize": 0}}, "should be greater than or equal to 1"),
         ({"engine": {"tensorParallelSizee": 2}}, "unknown field"),
         ({"model": {"source": {"pvc": "models", "hostPath": "/m"}}}, "exactly one of source.pvc or source.hostPath"),

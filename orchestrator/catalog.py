@@ -8,6 +8,7 @@ also point at its own config.json; :func:`load_config` reads that with the same 
 
 from __future__ import annotations
 
+import difflib
 import functools
 import json
 import math
@@ -24,6 +25,22 @@ _GPUS_FILE = "data/gpus.yaml"
 # vLLM treats these rope types as not stretching the context beyond max_position_embeddings
 # (vllm/config/model.py, _get_and_verify_max_len).
 _ROPE_TYPES_WITHOUT_SCALING = {"default", "su", "longrope", "llama3", "mrope"}
+
+
+# The escape hatches an unknown name's message shows, each with a line to copy.
+_GPU_ESCAPE = (
+    "for a GPU outside the catalog, drop hardware.gpu and give its memory as CUDA reports it and its "
+    "nvidia.com/gpu.product node label values, e.g. `hardware: {memoryGiB: 179, fp8: true, "
+    "productLabels: [NVIDIA-B200]}`"
+)
+_ARCH_ESCAPE = (
+    "for a model outside the catalog, replace model.architecture with the path of its Hugging Face config.json "
+    "(relative to the profile), e.g. `model: {config: ./config.json}`"
+)
+
+
+class UnknownName(ValueError):
+    """A GPU or architecture name the catalog does not hold; the message has the fix."""
 
 
 class ConfigError(ValueError):
@@ -96,6 +113,36 @@ def gpu(key: str) -> Gpu:
     return gpus[key]
 
 
+def resolve_gpu(name: str) -> str:
+    """The catalog key ``name`` means, ignoring case (``a100-80gb`` is ``A100-80GB``).
+
+    UnknownName says what is close and how to describe a GPU outside the catalog instead.
+    """
+    return _resolve(name, gpu_keys(), "GPU", _GPU_ESCAPE)
+
+
+def resolve_architecture(name: str) -> str:
+    """The catalog architecture key ``name`` means, ignoring case (``Llama-3-70B`` is ``llama-3-70b``).
+
+    UnknownName says what is close and how to point at a model's own config.json instead.
+    """
+    return _resolve(name, architecture_keys(), "architecture", _ARCH_ESCAPE)
+
+
+def product_labels(gpu_key: str | None, given: list[str] | tuple[str, ...] | None) -> tuple[str, ...] | None:
+    """The `nvidia.com/gpu.product` values a node may carry for the profile's GPU.
+
+    ``given`` (hardware.productLabels) replaces the catalog's values; without it a catalog GPU has
+    its own and a GPU outside the catalog (``gpu_key`` None) has none: None, so callers can refuse
+    rather than drop the constraint.
+    """
+    if given is not None:
+        return tuple(given)
+    if gpu_key is None:
+        return None
+    return gpu(gpu_key).product_labels
+
+
 def gpu_for_product_label(label: str) -> Gpu | None:
     """The catalog GPU whose GPU-feature-discovery product label is ``label``, if any."""
     return next((g for g in _gpus().values() if label in g.product_labels), None)
@@ -113,6 +160,16 @@ def load_config(path: pathlib.Path) -> ModelArch:
 def parse_config(data: dict[str, Any], source: str) -> ModelArch:
     """Build a ModelArch from an already-parsed config.json mapping."""
     return _parse(data, source)
+
+
+def _resolve(name: str, keys: list[str], what: str, escape: str) -> str:
+    by_folded = {k.casefold(): k for k in keys}
+    key = by_folded.get(name.strip().casefold())
+    if key is not None:
+        return key
+    close = difflib.get_close_matches(name.casefold(), list(by_folded), n=1)
+    hint = f"did you mean {by_folded[close[0]]!r}? " if close else ""
+    raise UnknownName(f"unknown {what} {name!r}; {hint}known: {', '.join(keys)}; {escape}")
 
 
 @functools.cache

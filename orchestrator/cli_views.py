@@ -136,13 +136,27 @@ def inventory(kubeconfig: str | None, context: str | None, output_format: str) -
         return
     click.echo(
         output.table(
-            ["PRODUCT", "NVLINK", "NODES", "GPUS", "FREE"],
+            ["PRODUCT", "GPU", "NVLINK", "NODES", "GPUS", "FREE"],
             [
-                [p["product"], "yes" if p["nvlink"] else "no", p["nodes"], p["gpus_total"], p["gpus_free"]]
+                [
+                    p["product"],
+                    p.get("gpu") or "-",
+                    "yes" if p["nvlink"] else "no",
+                    p["nodes"],
+                    p["gpus_total"],
+                    p["gpus_free"],
+                ]
                 for p in pools
             ],
         )
     )
+    outside = sorted({p["product"] for p in pools if not p.get("gpu") and p["product"] != "unknown"})
+    if outside:
+        # The value to copy: a profile for these GPUs names them by product label, not catalog key.
+        click.echo(
+            f"GPU -: not in the catalog; profile them with hardware.memoryGiB and hardware.productLabels: "
+            f"[{', '.join(outside)}]"
+        )
 
 
 @click.group(cls=cli_options.Group)

@@ -3,7 +3,7 @@
 The spec of an InferenceProfile object is a profile without its apiVersion, kind and metadata, so
 its OpenAPI schema is derived here from ``orchestrator.profile.Profile``'s JSON schema and can never
 drift from it. The API server then refuses at admission what a rule can check without deployctl:
-types, ranges, enums (the catalog's GPUs and architectures included), unknown fields, and the
+types, ranges, enums, unknown fields, the catalog's GPUs and architectures (in any case) and the
 cross-field rules below as CEL (``x-kubernetes-validations``). What needs deployctl itself (the
 extraArgs flag tables, the VRAM verdict) is judged when the object is planned.
 
@@ -231,21 +231,33 @@ def _structural(node: dict[str, Any], path: tuple[str, ...]) -> dict[str, Any]:
             node.pop("properties")
     if node.get("type") == "array" and "items" in node:
         node["items"] = _structural(node["items"], path)
-    enum = _catalog_enum(path)
-    if enum:
-        node["enum"] = enum
-    rules = _RULES.get(path)
+    rules = copy.deepcopy(_RULES.get(path, [])) + _catalog_rules(path)
     if rules:
-        node["x-kubernetes-validations"] = copy.deepcopy(rules)
+        node["x-kubernetes-validations"] = rules
+    if _catalog_rules(path):
+        node["maxLength"] = _CATALOG_NAME_MAX  # bounds the rule's CEL cost estimate
     if "type" not in node and "enum" not in node:
         raise ValueError(f"profile field {'.'.join(path)} has no single type for a structural schema")
     return node
 
 
-def _catalog_enum(path: tuple[str, ...]) -> list[str] | None:
-    """Catalog keys are checked by pydantic validators; at admission they are enums."""
+# Longer than any catalog key; bounds what lowerAscii() may be asked to fold.
+_CATALOG_NAME_MAX = 64
+
+
+def _catalog_rules(path: tuple[str, ...]) -> list[dict[str, str]]:
+    """Catalog keys are checked by pydantic validators, in any case (a100-80gb is A100-80GB); at
+    admission a CEL rule does the same (an enum could not ignore case)."""
     if path == ("hardware", "gpu"):
-        return catalog.gpu_keys()
-    if path == ("model", "architecture"):
-        return catalog.architecture_keys()
-    return None
+        keys, what, hatch = catalog.gpu_keys(), "GPU", "give hardware.memoryGiB and hardware.productLabels instead"
+    elif path == ("model", "architecture"):
+        keys, what, hatch = catalog.architecture_keys(), "architecture", "give model.config instead"
+    else:
+        return []
+    folded = ", ".join(f"'{k.lower()}'" for k in keys)
+    return [
+        {
+            "rule": f"self.lowerAscii() in [{folded}]",
+            "message": f"unknown {what}; known (any case): {', '.join(keys)}; outside the catalog, {hatch}",
+        }
+    ]

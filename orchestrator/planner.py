@@ -663,9 +663,23 @@ def _seqs_above_kv(c: _Context) -> Finding:
     )
 
 
+def product_labels_missing(profile: profile_schema.Profile) -> str:
+    """Why a GPU outside the catalog needs hardware.productLabels while placement.matchGpuProduct is on."""
+    return (
+        f"hardware.gpu is unset (a GPU of {profile.hardware.memoryGiB:g} GiB outside the catalog), so deployctl does "
+        "not know which nvidia.com/gpu.product node label values it carries, and placement.matchGpuProduct asks "
+        "to require one. Give them in hardware.productLabels, e.g. `productLabels: [NVIDIA-B200]` "
+        "(`kubectl get nodes -L nvidia.com/gpu.product` lists them), or set placement.matchGpuProduct: false to "
+        "let pods land on any GPU node."
+    )
+
+
 def _hardware_findings(c: _Context) -> list[Finding]:
     out: list[Finding] = []
     eng, hw = c.profile.engine, c.profile.hardware
+    if c.profile.placement.matchGpuProduct and catalog.product_labels(hw.gpu, hw.productLabels) is None:
+        # Dropping the constraint would let the scheduler put the pods on a smaller GPU than the VRAM math assumed.
+        out.append(Finding("gpu-product-unknown", "invalid", product_labels_missing(c.profile), "hardware.memoryGiB"))
     gpu_name = hw.gpu or f"this GPU ({hw.memoryGiB} GiB; hardware.fp8 unset, so assumed without fp8)"
     if eng.kvCacheDtype != "auto" and not c.native_fp8:
         if eng.kind == "vllm":

@@ -163,8 +163,10 @@ def gpu_pools(
 ) -> list[dict[str, Any]]:
     """GPU inventory for `deployctl inventory`: one row per (product, NVLink) pool of GPU nodes.
 
-    Rows carry product, nvlink (bool), nodes (count), gpus_total and gpus_free. Free GPUs on a
-    cordoned node are not counted as free: no new pod can use them.
+    Rows carry product, gpu (the catalog key hardware.gpu takes for that product, None outside the
+    catalog: such a GPU is described by hardware.memoryGiB and hardware.productLabels), nvlink
+    (bool), nodes (count), gpus_total and gpus_free. Free GPUs on a cordoned node are not counted
+    as free: no new pod can use them.
     """
     used, _ = _gpus_by_node(pods, namespace=None, release=None)
     pools: dict[tuple[str, bool], dict[str, Any]] = {}
@@ -174,7 +176,18 @@ def gpu_pools(
             continue
         labels = _labels(node)
         key = (labels.get(PRODUCT_LABEL, "unknown"), labels.get(nvlink_label[0]) == nvlink_label[1])
-        row = pools.setdefault(key, {"product": key[0], "nvlink": key[1], "nodes": 0, "gpus_total": 0, "gpus_free": 0})
+        known = catalog.gpu_for_product_label(key[0])
+        row = pools.setdefault(
+            key,
+            {
+                "product": key[0],
+                "gpu": known.key if known else None,
+                "nvlink": key[1],
+                "nodes": 0,
+                "gpus_total": 0,
+                "gpus_free": 0,
+            },
+        )
         row["nodes"] += 1
         row["gpus_total"] += total
         if not _cordoned(node):
@@ -389,14 +402,14 @@ def _judge(prof: profile.Profile, node: Mapping[str, Any], used: dict[str, int],
         # Product, NVLink and GPU-count reasons would only restate this one.
         reasons.append("no GPUs")
     else:
-        wanted = prof.hardware.gpu
-        if prof.placement.matchGpuProduct and wanted is not None:
-            products = _products(wanted)
+        products = _products(prof)
+        if products is not None:
+            wanted = _products_source(prof)
             if product is None:
-                reasons.append(f"no {PRODUCT_LABEL} label to match hardware.gpu {wanted}")
+                reasons.append(f"no {PRODUCT_LABEL} label to match {wanted}")
             elif product not in products:
                 expects = " or ".join(products)
-                reasons.append(f"product {product} does not match hardware.gpu {wanted} (expects {expects})")
+                reasons.append(f"product {product} does not match {wanted} (expects {expects})")
         if prof.nvlink_required and labels.get(nv_key) != nv_value:
             why = (
                 "placement.requireNvlink"
@@ -437,8 +450,18 @@ def _judge(prof: profile.Profile, node: Mapping[str, Any], used: dict[str, int],
     )
 
 
-def _products(gpu_key: str) -> list[str]:
-    return list(catalog.gpu(gpu_key).product_labels)
+def _products(prof: profile.Profile) -> tuple[str, ...] | None:
+    """The product label values a node must carry; None when the profile does not match products."""
+    if not prof.placement.matchGpuProduct:
+        return None
+    return catalog.product_labels(prof.hardware.gpu, prof.hardware.productLabels)
+
+
+def _products_source(prof: profile.Profile) -> str:
+    """Which field the wanted products come from, for the reasons a node is excluded."""
+    if prof.hardware.productLabels is not None:
+        return "hardware.productLabels"
+    return f"hardware.gpu {prof.hardware.gpu}"
 
 
 def _tolerates(toleration: profile.Toleration, taint: Mapping[str, Any]) -> bool:
@@ -616,8 +639,9 @@ def _need_text(prof: profile.Profile) -> str:
     if prof.engine.pipelineParallelSize > 1:
         parallel += f" × PP={prof.engine.pipelineParallelSize}"
     need = f"{m} nodes with {gpp} GPUs each ({parallel})" if prof.multi_node else f"{gpp} GPUs ({parallel})"
-    if prof.placement.matchGpuProduct and prof.hardware.gpu is not None:
-        need += f" of product {prof.hardware.gpu}"
+    products = _products(prof)
+    if products is not None:
+        need += f" of product {prof.hardware.gpu or ' or '.join(products)}"
     if not prof.multi_node:
         need += " on one node"
     constraints = [f"{k}={v}" for k, v in prof.placement.nodeSelector.items()]

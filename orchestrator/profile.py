@@ -7,7 +7,6 @@ so this file is the single source of truth for what a profile may say.
 
 from __future__ import annotations
 
-import difflib
 import hashlib
 import json
 import pathlib
@@ -16,9 +15,20 @@ from collections.abc import Callable
 from typing import Annotated, Any, Literal
 
 import pydantic
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
+from pydantic import Field, PrivateAttr
 
-from orchestrator import catalog, engines, errors, gate_auth, slo, strictyaml, vllm_flags
+from orchestrator import (
+    catalog,
+    engines,
+    errors,
+    gate_auth,
+    profile_base,
+    profile_engine,
+    profile_errors,
+    profile_pod,
+    slo,
+    strictyaml,
+)
 
 API_VERSION = "deployctl/v1"
 KIND = "InferenceProfile"
@@ -33,37 +43,18 @@ _TOOL_LABEL_PREFIXES = (
     "argocd.argoproj.io/",
     *("app.kubernetes.io/", "deployctl.dev/"),
 )
-DEFAULT_VLLM_VERSION = engines.VLLM.default_version
+DEFAULT_VLLM_VERSION = profile_engine.DEFAULT_VLLM_VERSION
 NVLINK_LABEL_KEY = "deployctl.dev/nvlink"
 
-_DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
-_DIGEST = re.compile(r"@sha256:[0-9a-f]{64}$")
+# The sections and helpers that live in their own modules, under the names callers and this file use.
+EngineSpec = profile_engine.EngineSpec
+_dns_label = profile_base.dns_label
+_no_reserved_labels = profile_base.no_reserved_labels
+Loc = profile_errors.Loc
 
 
-class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", populate_by_name=False, validate_default=True, frozen=True)
-
-
-def _dns_label(value: str, what: str) -> str:
-    if len(value) > 63 or not _DNS1123_LABEL.match(value):
-        raise ValueError(
-            f"{value!r} is not a valid {what}: use at most 63 lowercase letters, digits and '-', "
-            "starting and ending with a letter or digit"
-        )
-    return value
-
-
-_RESERVED_LABEL_PREFIXES = ("app.kubernetes.io/", "deployctl.dev/")
-
-
-def _no_reserved_labels(labels: dict[str, str]) -> dict[str, str]:
-    taken = sorted(k for k in labels if k.startswith(_RESERVED_LABEL_PREFIXES))
-    if taken:
-        raise ValueError(
-            f"label(s) {', '.join(taken)} are set by deployctl (selectors and pruning rely on them); "
-            "use your own prefix, e.g. example.com/team"
-        )
-    return labels
+class _Model(profile_base.Model):
+    """The sections defined in this file (a subclass, not an alias, so pydantic's mypy plugin sees it)."""
 
 
 class Metadata(_Model):
@@ -175,9 +166,7 @@ class ModelSpec(_Model):
     @pydantic.field_validator("architecture")
     @classmethod
     def _known_architecture(cls, v: str | None) -> str | None:
-        if v is not None and v not in catalog.architecture_keys():
-            raise ValueError(_unknown(v, "architecture", catalog.architecture_keys()))
-        return v
+        return None if v is None else catalog.resolve_architecture(v)  # any case; the catalog's spelling kept
 
     @pydantic.model_validator(mode="after")
     def _one_of_architecture_or_config(self) -> ModelSpec:
@@ -190,171 +179,6 @@ class ModelSpec(_Model):
         return self
 
 
-class EngineSpec(_Model):
-    kind: Literal["vllm", "tgi", "trtllm", "sglang"] = Field(
-        default="vllm",
-        description="The serving engine: `vllm` (vLLM), `tgi` (Hugging Face Text Generation Inference), "
-        "`trtllm` (TensorRT-LLM's `trtllm-serve`, PyTorch backend) or `sglang` (SGLang). Every field below "
-        "becomes that engine's own flag (docs/engines.md); one it cannot honour is refused by name.",
-    )
-    image: str = Field(
-        description="The engine's OpenAI-compatible server image from your own registry, pinned by digest "
-        "(`…@sha256:<64 hex>`) so every replica and every rollback runs the same bytes.",
-        examples=["registry.internal/vllm/vllm-openai@sha256:" + "0" * 64],
-    )
-    allowUnpinnedImage: bool = Field(
-        default=False,
-        description="Accept an image by tag instead of digest (development only: a tag can move under you).",
-    )
-    vllmVersion: str = Field(
-        default=DEFAULT_VLLM_VERSION,
-        description="vLLM version inside the image (kind vllm); selects the flag set `extraArgs` is checked "
-        "against. `version` says the same for any engine.",
-    )
-    version: str | None = Field(
-        default=None,
-        description="The engine's version inside the image; selects the flag set `extraArgs` is checked against. "
-        "Unset: `vllmVersion` for vLLM, else the newest version deployctl has a flag table for.",
-        examples=["0.5.6"],
-    )
-    tensorParallelSize: int = Field(
-        default=1,
-        ge=1,
-        le=64,
-        description="GPUs one model copy is split across (vLLM `--tensor-parallel-size`).",
-    )
-    pipelineParallelSize: int = Field(
-        default=1, ge=1, le=64, description="Pipeline stages (vLLM `--pipeline-parallel-size`); 1 = none."
-    )
-    maxModelLen: int = Field(
-        ge=16,
-        le=10_485_760,
-        description="Longest sequence (prompt + output) in tokens (`--max-model-len`); sizes the KV cache a "
-        "single request may need.",
-        examples=[8192],
-    )
-    maxNumSeqs: int = Field(
-        default=256,
-        ge=1,
-        le=65_536,
-        description="Most sequences decoded at once (`--max-num-seqs`). deployctl always passes it, so vLLM's "
-        "own GPU-dependent default never applies; the planner warns when full-context KV cannot hold this many.",
-    )
-    maxNumBatchedTokens: int | None = Field(
-        default=None,
-        ge=1,
-        description="Tokens per scheduler step (`--max-num-batched-tokens`); bounds the activation peak. "
-        "Unset: vLLM's default for the version.",
-    )
-    kvCacheDtype: Literal["auto", "fp8", "fp8_e4m3", "fp8_e5m2"] = Field(
-        default="auto",
-        description="KV cache data type (`--kv-cache-dtype`); fp8 halves KV memory per token versus 16-bit.",
-    )
-    gpuMemoryUtilization: float = Field(
-        default=0.9,
-        gt=0,
-        le=1,
-        description="Share of each GPU's memory (as CUDA reports it) vLLM may use (`--gpu-memory-utilization`); "
-        "`deployctl plan` sizes the KV cache from it. deployctl always passes it, so vLLM's own default never "
-        "applies (in vLLM 0.33, 0.92 is vLLM's default); deployctl's 0.9 leaves a tenth of each GPU for memory "
-        "outside vLLM's budget (another process on the GPU, say).",
-    )
-    allowCrossNodeTP: bool = Field(
-        default=False,
-        description="Accept a layout whose tensor-parallel group spans nodes. Off: the planner refuses it when "
-        "pipeline stages across nodes would do, because tensor parallelism all-reduces every layer's "
-        "activations, which the network between nodes is 10-20x too slow for (docs/multinode.md).",
-    )
-    enablePrefixCaching: bool = Field(default=True, description="Reuse KV blocks of shared prompt prefixes.")
-    extraArgs: list[str] = Field(
-        default_factory=list,
-        description="Further vLLM flags, checked against the flag list of `vllmVersion` so a misspelt flag "
-        "fails validation rather than the pod.",
-    )
-    port: int = Field(default=8000, ge=1, le=65535, description="Port the OpenAI-compatible server listens on.")
-    cpu: str = Field(default="8", description="CPU request per pod (tokenization and scheduling run on CPU).")
-    memory: str = Field(default="64Gi", description="Memory request and limit per pod (host RAM, not VRAM).")
-    shmSize: str | None = Field(
-        default=None,
-        description="Size of the /dev/shm memory volume NCCL uses between GPUs. Unset: 16Gi with more than one "
-        "GPU per pod, else 1Gi.",
-    )
-    startupSeconds: int | None = Field(
-        default=None,
-        ge=30,
-        description="How long the pod may take to load the model before it is restarted. Unset: derived from "
-        "the weights' size (minutes for 70B).",
-    )
-    imagePullSecrets: list[str] = Field(
-        default_factory=list,
-        description="Names of Secrets for the internal registry (only names are stored).",
-    )
-
-    @pydantic.field_validator("extraArgs")
-    @classmethod
-    def _known_flags(cls, v: list[str], info: pydantic.ValidationInfo) -> list[str]:
-        if not v:
-            return v
-        secret = next((a for a in v if vllm_flags.normalize(a) == "--api-key"), None)  # also --api_key
-        if secret is not None:
-            raise ValueError(
-                "--api-key in extraArgs would put a secret into the profile and the release records; "
-                "authenticate in front of the Service instead (docs/airgap.md); the gate's port-forward reaches the "
-                "pods behind it"
-            )
-        if "kind" not in info.data:
-            return v  # the kind is invalid, and says so itself
-        engine = engines.get(info.data["kind"])
-        version = _engine_version(engine, info.data.get("version"), info.data.get("vllmVersion"))
-        known = engine.versions()
-        if version not in known:
-            generator = "gen_vllm_flags.py" if engine.kind == "vllm" else f"gen_engine_flags.py {engine.kind}"
-            raise ValueError(
-                f"cannot check extraArgs: deployctl has no flag list for {engine.title} {version} (known: "
-                f"{', '.join(known)}); generate one with scripts/{generator} {version}"
-            )
-        problems = engine.check_extra_args(v, version)
-        if problems:
-            raise ValueError("; ".join(f"[{p.index}] {p.arg!r}: {p.message}" for p in problems))
-        return v
-
-    @pydantic.model_validator(mode="after")
-    def _version_of_this_engine(self) -> EngineSpec:
-        if self.kind != "vllm" and "vllmVersion" in self.model_fields_set:
-            raise ValueError(f"vllmVersion is vLLM's; for kind {self.kind} write engine.version")
-        both = self.version is not None and "vllmVersion" in self.model_fields_set
-        if self.kind == "vllm" and both and self.version != self.vllmVersion:
-            raise ValueError(f"version {self.version} and vllmVersion {self.vllmVersion} disagree; write one of them")
-        return self
-
-    @property
-    def engine(self) -> engines.Engine:
-        """The serving engine this section configures."""
-        return engines.get(self.kind)
-
-    @property
-    def engine_version(self) -> str:
-        """The engine's version in the image: `version`, else vllmVersion (vLLM), else the newest table's."""
-        return _engine_version(self.engine, self.version, self.vllmVersion)
-
-    @pydantic.model_validator(mode="after")
-    def _pinned_image(self) -> EngineSpec:
-        if not self.allowUnpinnedImage and not _DIGEST.search(self.image):
-            raise ValueError(
-                f"image {self.image!r} is not pinned by digest: write it as …@sha256:<64 hex digits> "
-                "(e.g. from `crane digest` or your registry), or set engine.allowUnpinnedImage: true for development"
-            )
-        return self
-
-
-def _engine_version(engine: engines.Engine, version: str | None, vllm_version: str | None) -> str:
-    if version is not None:
-        return version
-    if engine.kind == "vllm":
-        return vllm_version or DEFAULT_VLLM_VERSION
-    return engine.default_version
-
-
 class HardwareSpec(_Model):
     gpu: str | None = Field(
         default=None,
@@ -365,6 +189,13 @@ class HardwareSpec(_Model):
         default=None, gt=0, le=4096, description="Override: GPU memory in GiB as CUDA reports it (total)."
     )
     fp8: bool | None = Field(default=None, description="Override: whether the GPU has native fp8.")
+    productLabels: list[str] | None = Field(
+        default=None,
+        description="Values of the `nvidia.com/gpu.product` node label (set by GPU feature discovery) a node may "
+        "carry for these GPUs; they replace the catalog's for hardware.gpu. Required for a GPU outside the "
+        "catalog while placement.matchGpuProduct is on, so the constraint is never silently dropped.",
+        examples=[["NVIDIA-B200"]],
+    )
     gpusPerNode: int = Field(
         default=8,
         ge=1,
@@ -385,8 +216,13 @@ class HardwareSpec(_Model):
     @pydantic.field_validator("gpu")
     @classmethod
     def _known_gpu(cls, v: str | None) -> str | None:
-        if v is not None and v not in catalog.gpu_keys():
-            raise ValueError(_unknown(v, "GPU", catalog.gpu_keys()))
+        return None if v is None else catalog.resolve_gpu(v)  # any case; the catalog's spelling kept
+
+    @pydantic.field_validator("productLabels")
+    @classmethod
+    def _product_labels(cls, v: list[str] | None) -> list[str] | None:
+        if v is not None and (not v or not all(v)):
+            raise ValueError("give at least one non-empty nvidia.com/gpu.product value, e.g. [NVIDIA-B200]")
         return v
 
     @pydantic.model_validator(mode="after")
@@ -426,8 +262,9 @@ class PlacementSpec(_Model):
     )
     matchGpuProduct: bool = Field(
         default=True,
-        description="Require nodes whose `nvidia.com/gpu.product` label matches hardware.gpu, so the VRAM "
-        "math holds on the node the pod lands on.",
+        description="Require nodes whose `nvidia.com/gpu.product` label is one of hardware.productLabels (default: "
+        "the catalog's for hardware.gpu), so the VRAM math holds on the node the pod lands on. Only NVIDIA's "
+        "label is matched.",
     )
     tolerations: list[Toleration] = Field(
         default_factory=_default_tolerations,
@@ -643,6 +480,16 @@ class Profile(_Model):
     airgap: AirgapSpec = Field(default_factory=AirgapSpec, description="Offline and egress settings.")
     monitoring: MonitoringSpec = Field(default_factory=MonitoringSpec, description="Prometheus scraping.")
 
+    @pydantic.field_validator("engine")
+    @classmethod
+    def _mounts_leave_the_weights_alone(cls, v: EngineSpec, info: pydantic.ValidationInfo) -> EngineSpec:
+        model = info.data.get("model")
+        if model is not None:
+            problems = profile_pod.model_mount_problems(v.volumeMounts, model.source.mountPath)
+            if problems:
+                raise profile_base.field_error(*problems[0])
+        return v
+
     _base_dir: pathlib.Path = PrivateAttr(default_factory=pathlib.Path.cwd)
     _lines: dict[tuple[str | int, ...], int] = PrivateAttr(default_factory=dict)
     _source: str = PrivateAttr(default="<profile>")
@@ -720,15 +567,7 @@ class Profile(_Model):
         return hashlib.sha256(canonical.encode()).hexdigest()
 
 
-def _unknown(value: str, what: str, known: list[str]) -> str:
-    close = difflib.get_close_matches(value, known, n=1)
-    hint = f"did you mean {close[0]!r}? " if close else ""
-    return f"unknown {what} {value!r}; {hint}known: {', '.join(known)}"
-
-
 # --- loading ---------------------------------------------------------------------------------
-
-Loc = tuple[str | int, ...]
 
 
 def load(path: str | pathlib.Path) -> Profile:
@@ -766,7 +605,7 @@ def loads(
     try:
         profile = Profile.model_validate(doc.data)
     except pydantic.ValidationError as e:
-        raise errors.InvalidProfile(_describe(e, doc, source)) from e
+        raise errors.InvalidProfile(profile_errors.describe(e, doc, source, Profile)) from e
     profile._base_dir = base_dir or pathlib.Path.cwd()
     profile._lines = dict(doc.lines)
     profile._source = source
@@ -815,81 +654,3 @@ def _from_resource(doc: strictyaml.Document, source: str) -> strictyaml.Document
         elif path[:1] != ("spec",):
             lines[path] = line
     return strictyaml.Document(profile_data, lines)
-
-
-def _describe(exc: pydantic.ValidationError, doc: strictyaml.Document, source: str) -> str:
-    problems = []
-    for err in exc.errors(include_url=False):
-        loc = _clean_loc(err["loc"])
-        line = doc.line_of(loc)
-        field = ".".join(str(p) for p in loc) or "(top level)"
-        origin = doc.origin_of(loc)
-        where = f" (from {origin})" if origin else f" (line {line})" if line else ""
-        problems.append((line or 0, f"  {field}{where}: {_message(err, loc, doc)}"))
-    problems.sort(key=lambda item: item[0])  # in file order, as the user reads it
-    return "\n".join([f"{source}: {len(problems)} problem(s) in the profile:"] + [text for _, text in problems])
-
-
-def _clean_loc(loc: tuple[Any, ...]) -> Loc:
-    # pydantic puts the tag of the weights-source kind it chose after "model.source"; it is no YAML key.
-    if loc[:2] == ("model", "source") and len(loc) > 2 and loc[2] in ("pvc", "hostPath"):
-        return (*loc[:2], *loc[3:])
-    return tuple(loc)
-
-
-def _message(err: Any, loc: Loc, doc: strictyaml.Document) -> str:
-    kind = err["type"]
-    if kind == "extra_forbidden":
-        parent = _model_at(loc[:-1])
-        known = sorted(parent.model_fields) if parent else []
-        close = difflib.get_close_matches(str(loc[-1]), known, n=1)
-        hint = f"did you mean {close[0]!r}? " if close else ""
-        return f"unknown key; {hint}allowed here: {', '.join(known)}" if known else "unknown key"
-    if kind == "missing":
-        return "required field is missing; add it (see profiles/ for examples)"
-    msg = str(err["msg"])
-    msg = msg.removeprefix("Value error, ")
-    if kind in (
-        "int_type",
-        "int_parsing",
-        "float_type",
-        "float_parsing",
-        "bool_type",
-        "bool_parsing",
-        "string_type",
-        "dict_type",
-        "list_type",
-        "literal_error",
-    ) or kind.startswith(("greater", "less")):
-        msg = f"{msg} (got {_short(err.get('input'))})"
-    return msg
-
-
-def _short(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "…"
-
-
-def _model_at(loc: Loc) -> type[BaseModel] | None:
-    model: type[BaseModel] = Profile
-    for part in loc:
-        if isinstance(part, int):
-            continue
-        field = model.model_fields.get(str(part))
-        if field is None:
-            return None
-        sub = _model_in(field.annotation)
-        if sub is None:
-            return None
-        model = sub
-    return model
-
-
-def _model_in(annotation: Any) -> type[BaseModel] | None:
-    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-        return annotation
-    for arg in getattr(annotation, "__args__", ()):
-        found = _model_in(arg)
-        if found is not None:
-            return found
-    return None

@@ -1,7 +1,7 @@
 """Profile → Kubernetes objects: the Jinja2 manifests, the Helm chart's values, and deployctl's RBAC.
 
-Every setting is resolved once, here in Python, into ``Values``: the Helm chart's values, whose
-JSON schema is the chart's values.schema.json. The Jinja2 templates in ``manifests/`` and the
+Every setting is resolved once, here in Python, into ``chart_values.Values``: the Helm chart's
+values, whose JSON schema is the chart's values.schema.json. The Jinja2 templates in ``manifests/`` and the
 chart's Go templates only place those values into objects, so ``deployctl render`` and
 ``helm template`` fed ``deployctl render --format helm-values`` give the same objects, and a test
 holds them to it. The output is deterministic: the same profile gives the same bytes.
@@ -18,14 +18,14 @@ import math
 import pathlib
 import re
 import shlex
-from collections.abc import Mapping
-from typing import Any, Literal
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import jinja2
 import yaml
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel
 
-from orchestrator import catalog, conventions, planner
+from orchestrator import catalog, chart_values, conventions, errors, planner, profile_pod
 from orchestrator import profile as profiles
 
 CHART_NAME = "vllm-inference"  # also app.kubernetes.io/name, as in a chart made by `helm create`
@@ -41,7 +41,7 @@ GPU_PRODUCT_LABEL = conventions.GPU_PRODUCT_LABEL
 # and give it a writable HOME for the caches engines and their kernels write (torch.compile,
 # Triton, FlashInfer). The weights must then be readable by any user (0644 files, 0755 directories).
 RUN_AS_UID = 1000
-HOME_DIR = "/home/vllm"
+HOME_DIR = profile_pod.HOME_DIR
 
 
 # Start-up time when the profile does not give engine.startupSeconds: a fixed part (CUDA and
@@ -52,10 +52,6 @@ HOME_DIR = "/home/vllm"
 STARTUP_FIXED_SECONDS = 300
 STORAGE_MIB_PER_SECOND = 250
 PROBE_PERIOD_SECONDS = 10
-
-# The pod's last words: vLLM stops taking requests on SIGTERM and finishes what it can; a
-# minute covers short completions without holding a GPU node through a drain for long.
-TERMINATION_GRACE_SECONDS = 60
 
 # Objects in the order they are applied: the NetworkPolicy exists before the first pod can
 # reach out, the ServiceAccount before the pods that name it.
@@ -78,7 +74,7 @@ MP_MASTER_PORT = 29500
 # workers and starts vLLM.
 RAY_OVERWRITE_CMD_ANNOTATION = "ray.io/overwrite-container-cmd"
 # LeaderWorkerSet injects these into every pod of a group (sigs.k8s.io/lws, pkg/utils/env).
-LWS_ENV = ("LWS_LEADER_ADDRESS", "LWS_GROUP_SIZE", "LWS_WORKER_INDEX")
+LWS_ENV = profile_pod.LWS_ENV
 LWS_GROUP_KEY_LABEL = "leaderworkerset.sigs.k8s.io/group-key"
 HOSTNAME_TOPOLOGY = "kubernetes.io/hostname"
 # Characters of the release name kept in a RayCluster's name: KubeRay derives longer names from it
@@ -87,242 +83,6 @@ GROUP_NAME_PREFIX_CHARS = 40
 _RBAC_TEMPLATE = "rbac/deployctl.yaml.j2"
 # Last: it only tells Prometheus where the pods are (profile monitoring.podMonitor).
 _PODMONITOR_TEMPLATE = "podmonitor.yaml.j2"
-# What the Prometheus Operator's CRDs accept as a duration (monitoring.coreos.com/v1 Duration).
-PROMETHEUS_DURATION = r"^(0|(([0-9]+)y)?(([0-9]+)w)?(([0-9]+)d)?(([0-9]+)h)?(([0-9]+)m)?(([0-9]+)s)?(([0-9]+)ms)?)$"
-
-
-# --- the chart's values ------------------------------------------------------------------------
-
-
-class _Values(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class ImageValues(_Values):
-    reference: str = Field(
-        description="vLLM OpenAI-server image, pinned by digest (`repo@sha256:…`) so every replica and "
-        "every rollback runs the same bytes."
-    )
-    pullPolicy: Literal["IfNotPresent", "Always", "Never"] = Field(
-        default="IfNotPresent",
-        description="Image pull policy; a digest never changes, so pulling once is enough.",
-    )
-
-
-class ImagePullSecret(_Values):
-    name: str = Field(description="Name of a Secret of type kubernetes.io/dockerconfigjson.")
-
-
-class StrategyValues(_Values):
-    # Flat rather than the Deployment's own shape: Helm merges a values map into the chart's
-    # default, and {type: Recreate} would inherit the default's rollingUpdate, which the API
-    # server rejects. Here the template simply leaves the two numbers out for Recreate.
-    type: Literal["RollingUpdate", "Recreate"] = Field(
-        default="RollingUpdate", description="Deployment strategy type; Recreate stops every pod first."
-    )
-    maxSurge: int | str = Field(
-        default=0,
-        description="Extra pods during a rolling update (count or percent). 0 by default: a surge pod needs "
-        "free GPUs, else it stays Pending and the rollout never ends.",
-    )
-    maxUnavailable: int | str = Field(
-        default=1, description="Pods a rolling update may take down at once (count or percent)."
-    )
-
-
-class EngineValues(_Values):
-    kind: Literal["vllm", "tgi", "trtllm", "sglang"] = Field(default="vllm", description="The serving engine.")
-    version: str = Field(description="The engine's version in the image, shown as `app.kubernetes.io/version`.")
-
-
-class ServerValues(_Values):
-    command: list[str] = Field(
-        description="Container command: `vllm serve`, `text-generation-launcher`, `trtllm-serve serve` or "
-        "`python3 -m sglang.launch_server`.",
-    )
-    args: list[str] = Field(
-        description="The engine's arguments: the flags deployctl derived from the profile (the model path "
-        "among them), then the profile's extraArgs (a later flag wins)."
-    )
-    port: int = Field(default=8000, ge=1, le=65535, description="Port of the OpenAI-compatible API and health.")
-    healthPath: str = Field(
-        default="/health",
-        description="The path that answers 200 once the model is loaded and generates (`helm test` asks it; the "
-        "probes ask their own, cheaper path where the engine has one).",
-    )
-    env: list[dict[str, Any]] = Field(
-        default_factory=list,
-        description="Container environment (Kubernetes EnvVars): HOME, the air-gap switches, HF_TOKEN.",
-    )
-
-
-class ModelValues(_Values):
-    servedName: str = Field(description="Model name clients send (`--served-model-name`), shown in NOTES.txt.")
-    claimName: str = Field(
-        default="",
-        description="PersistentVolumeClaim holding the weights, mounted read-only; empty: use hostPath.",
-    )
-    hostPath: str = Field(
-        default="",
-        description="Node directory holding the weights, used when claimName is empty (mounted read-only).",
-    )
-    mountPath: str = Field(default="/models", description="Where the weights volume appears in the container.")
-
-
-class DisruptionValues(_Values):
-    minAvailable: int = Field(
-        default=0,
-        ge=0,
-        description="Pods that must stay available during a drain; 0: use maxUnavailable instead.",
-    )
-    maxUnavailable: int = Field(
-        default=1, ge=0, description="Pods a drain may take at once; used when minAvailable is 0."
-    )
-
-
-class CopyValues(_Values):
-    name: str = Field(
-        description="Name of the group object: the release name, a hash of the pod templates and the copy's "
-        "index. A changed template makes new copies, never changes a running one, so a copy never runs mixed "
-        "revisions."
-    )
-    affinity: dict[str, Any] = Field(
-        description="Affinity of the copy's pods: the GPU product and NVLink node labels, one pod per node, "
-        "and all of them in one topology domain."
-    )
-
-
-class GroupValues(_Values):
-    engine: Literal["", "kuberay", "lws"] = Field(
-        default="",
-        description="Empty: each copy is one pod of a Deployment. `kuberay`: one RayCluster per copy (vLLM's Ray "
-        "backend). `lws`: one LeaderWorkerSet (vLLM's multiprocessing multi-node backend).",
-    )
-    size: int = Field(default=1, ge=1, description="Pods in one copy, one per node (placement.nodesPerCopy).")
-    copies: list[CopyValues] = Field(
-        default_factory=list,
-        description="The group objects: one RayCluster per copy, or the single LeaderWorkerSet.",
-    )
-    leaderCommand: list[str] = Field(
-        default_factory=list,
-        description="Command of the leader (Ray head, LWS leader): the pod that serves the OpenAI API.",
-    )
-    workerCommand: list[str] = Field(
-        default_factory=list,
-        description="Command of the workers; empty on KubeRay, which starts `ray start` in them itself.",
-    )
-    maxSurge: int = Field(
-        default=0, ge=0, description="LeaderWorkerSet rolling update: extra copies started beside the old."
-    )
-    maxUnavailable: int = Field(
-        default=1, ge=0, description="LeaderWorkerSet rolling update: copies taken down at once."
-    )
-
-
-class NetworkPolicyValues(_Values):
-    enabled: bool = Field(
-        default=True,
-        description="Render a NetworkPolicy: ingress only on the serving port, egress only to DNS.",
-    )
-    allowEgressCIDRs: list[str] = Field(
-        default_factory=list, description="CIDRs the pods may still reach (all ports), e.g. a metrics sink."
-    )
-
-
-class PodMonitorValues(_Values):
-    enabled: bool = Field(
-        default=False,
-        description="Render a Prometheus Operator PodMonitor (monitoring.coreos.com/v1) for the serving pods; "
-        "off by default, as the CRD exists only where the Prometheus Operator is installed.",
-    )
-    interval: str = Field(
-        default="30s",
-        pattern=PROMETHEUS_DURATION,
-        description="How often Prometheus scrapes each pod (a Prometheus duration: 15s, 1m).",
-    )
-    labels: dict[str, str] = Field(
-        default_factory=dict,
-        description="Extra labels on the PodMonitor, for the Prometheus' podMonitorSelector (e.g. `release: "
-        "kube-prometheus-stack`).",
-    )
-    # Not under `server`: those values shape the pods, and a changed pod template renames (restarts) a
-    # multi-node release's copies; where the metrics are read changes no pod.
-    path: str = Field(
-        default="/metrics",
-        description="The engine's Prometheus metrics path on the API port (TensorRT-LLM: /prometheus/metrics).",
-    )
-
-
-class Values(_Values):
-    """The Helm chart's values: every setting resolved from a profile, as both templates use it."""
-
-    nameOverride: str = Field(default="", description="Replaces the chart name in `app.kubernetes.io/name`.")
-    fullnameOverride: str = Field(
-        default="",
-        description="Name of every object; deployctl sets the profile's metadata.name. Empty: release name.",
-    )
-    engine: EngineValues = Field(description="The serving engine and its version.")
-    profileHash: str = Field(
-        default="",
-        description="SHA-256 of the profile these values came from (annotation deployctl.dev/profile-hash).",
-    )
-    commonLabels: dict[str, str] = Field(
-        default_factory=dict, description="Extra labels on every object (the profile's metadata.labels)."
-    )
-    image: ImageValues = Field(description="The engine's image.")
-    imagePullSecrets: list[ImagePullSecret] = Field(
-        default_factory=list, description="Secrets for pulling from the internal registry."
-    )
-    replicaCount: int = Field(default=1, ge=1, description="Model copies; each holds all the GPUs of one pod.")
-    strategy: StrategyValues = Field(default_factory=StrategyValues, description="How pods are replaced.")
-    progressDeadlineSeconds: int = Field(
-        default=1800, ge=1, description="Deployment progress deadline; large models take minutes to load."
-    )
-    revisionHistoryLimit: int = Field(default=10, ge=0, description="Old ReplicaSets kept for `kubectl rollout undo`.")
-    server: ServerValues = Field(description="The engine's server container.")
-    model: ModelValues = Field(description="The weights and where they are mounted.")
-    resources: dict[str, Any] = Field(
-        description="Container resources: GPUs (request = limit), CPU request, memory request = limit."
-    )
-    shmSizeLimit: str = Field(
-        default="1Gi", description="Size of the memory-backed /dev/shm NCCL uses between the pod's GPUs."
-    )
-    startupProbe: dict[str, Any] = Field(
-        description="Startup probe on the engine's probe path (/health; SGLang's /ready); failureThreshold × "
-        "periodSeconds is the time allowed to load."
-    )
-    readinessProbe: dict[str, Any] = Field(description="Readiness probe on the engine's probe path.")
-    livenessProbe: dict[str, Any] = Field(
-        description="Liveness probe on the engine's probe path; patient: a busy server is slow, a restart costs "
-        "minutes."
-    )
-    podSecurityContext: dict[str, Any] = Field(description="Pod security context (Pod Security `restricted`).")
-    securityContext: dict[str, Any] = Field(description="Container security context (Pod Security `restricted`).")
-    podLabels: dict[str, str] = Field(default_factory=dict, description="Extra labels on the pods.")
-    podAnnotations: dict[str, str] = Field(default_factory=dict, description="Extra annotations on the pods.")
-    nodeSelector: dict[str, str] = Field(default_factory=dict, description="Node labels a pod requires.")
-    affinity: dict[str, Any] = Field(
-        default_factory=dict, description="Pod affinity: the required GPU product and NVLink node labels."
-    )
-    tolerations: list[dict[str, Any]] = Field(default_factory=list, description="Tolerations of the pods.")
-    priorityClassName: str = Field(default="", description="PriorityClass of the pods; empty: none.")
-    runtimeClassName: str = Field(default="", description="RuntimeClass of the pods; empty: the cluster default.")
-    terminationGracePeriodSeconds: int = Field(
-        default=TERMINATION_GRACE_SECONDS, ge=0, description="Seconds a stopping pod gets to finish requests."
-    )
-    podDisruptionBudget: DisruptionValues = Field(
-        default_factory=DisruptionValues, description="How many pods a node drain may take at once."
-    )
-    group: GroupValues = Field(
-        default_factory=GroupValues,
-        description="A copy that spans nodes: its group engine, size, group objects and commands.",
-    )
-    networkPolicy: NetworkPolicyValues = Field(
-        default_factory=NetworkPolicyValues, description="The air-gap NetworkPolicy."
-    )
-    podMonitor: PodMonitorValues = Field(
-        default_factory=PodMonitorValues, description="A Prometheus Operator PodMonitor for the engine's metrics."
-    )
 
 
 # --- resolving a profile -------------------------------------------------------------------------
@@ -333,7 +93,7 @@ def helm_values(profile: profiles.Profile, plan: planner.Plan) -> dict[str, Any]
     return _resolve(profile, plan, None).model_dump(mode="json")
 
 
-def _resolve(profile: profiles.Profile, plan: planner.Plan, strategy: Mapping[str, Any] | None) -> Values:
+def _resolve(profile: profiles.Profile, plan: planner.Plan, strategy: Mapping[str, Any] | None) -> chart_values.Values:
     engine, placement, rollout = profile.engine, profile.placement, profile.rollout
     serving = engine.engine
     health, probe = serving.health_path, serving.probe_path
@@ -344,18 +104,18 @@ def _resolve(profile: profiles.Profile, plan: planner.Plan, strategy: Mapping[st
         startup += rollout.groupJoinSeconds  # vLLM starts loading only once the workers joined
     if strategy is None:
         strategy = conventions.strategy_spec(conventions.PROFILE_STRATEGY_DEFAULTS[rollout.strategy])
-    values = Values(
+    values = chart_values.Values(
         fullnameOverride=profile.metadata.name,
-        engine=EngineValues(kind=engine.kind, version=engine.engine_version),
+        engine=chart_values.EngineValues(kind=engine.kind, version=engine.engine_version),
         profileHash=profile.spec_hash(),
         commonLabels=_sorted(profile.metadata.labels),
-        image=ImageValues(reference=engine.image),
-        imagePullSecrets=[ImagePullSecret(name=n) for n in engine.imagePullSecrets],
+        image=chart_values.ImageValues(reference=engine.image),
+        imagePullSecrets=[chart_values.ImagePullSecret(name=n) for n in engine.imagePullSecrets],
         replicaCount=rollout.replicas,
         strategy=_strategy(strategy),
         progressDeadlineSeconds=rollout.progressDeadlineSeconds,
         revisionHistoryLimit=rollout.revisionHistory,
-        server=ServerValues(
+        server=chart_values.ServerValues(
             command=list(serving.command),
             args=serving.args(profile.server_settings()),
             port=engine.port,
@@ -363,7 +123,7 @@ def _resolve(profile: profiles.Profile, plan: planner.Plan, strategy: Mapping[st
             env=_env(profile),
         ),
         group=_group(profile, strategy),
-        model=ModelValues(
+        model=chart_values.ModelValues(
             servedName=profile.model.name,
             claimName=source.pvc if isinstance(source, profiles.PvcSource) else "",
             hostPath=source.hostPath if isinstance(source, profiles.HostPathSource) else "",
@@ -383,8 +143,13 @@ def _resolve(profile: profiles.Profile, plan: planner.Plan, strategy: Mapping[st
             "runAsUser": RUN_AS_UID,
             "runAsGroup": RUN_AS_UID,
             "seccompProfile": {"type": "RuntimeDefault"},
+            **_fs_group(engine),
         },
         securityContext={"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}},
+        extraEnv=_k8s(engine.env),
+        envFrom=_k8s(engine.envFrom),
+        extraVolumes=_k8s(engine.volumes),
+        extraVolumeMounts=_k8s(engine.volumeMounts),
         podLabels=_sorted(placement.podLabels),
         podAnnotations=_sorted(placement.podAnnotations),
         nodeSelector=_sorted(placement.nodeSelector),
@@ -393,20 +158,35 @@ def _resolve(profile: profiles.Profile, plan: planner.Plan, strategy: Mapping[st
         priorityClassName=placement.priorityClassName or "",
         runtimeClassName=placement.runtimeClassName or "",
         podDisruptionBudget=_disruption(rollout.replicas, profile.nodes_per_copy),
-        networkPolicy=NetworkPolicyValues(
+        networkPolicy=chart_values.NetworkPolicyValues(
             enabled=profile.airgap.denyEgress, allowEgressCIDRs=list(profile.airgap.allowEgressCIDRs)
         ),
-        podMonitor=PodMonitorValues(path=serving.metrics_path, **profile.monitoring.podMonitor.model_dump()),
+        podMonitor=chart_values.PodMonitorValues(
+            path=serving.metrics_path, **profile.monitoring.podMonitor.model_dump()
+        ),
     )
     return _with_copies(values, profile)
 
 
-def _strategy(spec: Mapping[str, Any]) -> StrategyValues:
+def _strategy(spec: Mapping[str, Any]) -> chart_values.StrategyValues:
     """A Deployment ``spec.strategy`` (as preflight gives it) in the values' flat shape."""
     rolling = spec.get("rollingUpdate") or {}
-    return StrategyValues(
+    return chart_values.StrategyValues(
         type=spec["type"], **{k: v for k, v in rolling.items() if k in ("maxSurge", "maxUnavailable")}
     )
+
+
+def _k8s(items: Sequence[BaseModel]) -> list[dict[str, Any]]:
+    """Profile items as the Kubernetes objects they mirror; a field left at its default is left out, as
+    the API server defaults it the same way."""
+    return [item.model_dump(mode="json", exclude_defaults=True) for item in items]
+
+
+def _fs_group(engine: profiles.EngineSpec) -> dict[str, Any]:
+    if engine.fsGroup is None:
+        return {}
+    # OnRootMismatch unless told otherwise: see the field's description (a chown walk of the weights).
+    return {"fsGroup": engine.fsGroup, "fsGroupChangePolicy": engine.fsGroupChangePolicy or "OnRootMismatch"}
 
 
 def _env(profile: profiles.Profile) -> list[dict[str, Any]]:
@@ -446,9 +226,11 @@ def _probe(path: str, *, timeout: int, failures: int, period: int = PROBE_PERIOD
 
 def _affinity(profile: profiles.Profile) -> dict[str, Any]:
     expressions: list[dict[str, Any]] = []
-    if profile.placement.matchGpuProduct and profile.hardware.gpu:
-        products = sorted(catalog.gpu(profile.hardware.gpu).product_labels)
-        expressions.append({"key": GPU_PRODUCT_LABEL, "operator": "In", "values": products})
+    if profile.placement.matchGpuProduct:
+        products = catalog.product_labels(profile.hardware.gpu, profile.hardware.productLabels)
+        if products is None:  # the planner refuses this first; never render the pod without the constraint
+            raise errors.InvalidProfile(planner.product_labels_missing(profile))
+        expressions.append({"key": GPU_PRODUCT_LABEL, "operator": "In", "values": sorted(products)})
     if profile.nvlink_required:
         label = profile.placement.nvlinkLabel
         expressions.append({"key": label.key, "operator": "In", "values": [label.value]})
@@ -461,15 +243,17 @@ def _affinity(profile: profiles.Profile) -> dict[str, Any]:
 # --- copies that span nodes ------------------------------------------------------------------------
 
 
-def _group(profile: profiles.Profile, strategy: Mapping[str, Any]) -> GroupValues:
+def _group(profile: profiles.Profile, strategy: Mapping[str, Any]) -> chart_values.GroupValues:
     """The group engine's settings; the copies' names come last (_with_copies), from the pod templates."""
     if not profile.multi_node:
-        return GroupValues()
+        return chart_values.GroupValues()
     serve = profile.engine.engine.command
     args = profile.engine.engine.args(profile.server_settings())
     size = profile.nodes_per_copy
     if profile.placement.groupEngine == "kuberay":
-        return GroupValues(engine="kuberay", size=size, leaderCommand=_ray_head_command(profile, [*serve, *args]))
+        return chart_values.GroupValues(
+            engine="kuberay", size=size, leaderCommand=_ray_head_command(profile, [*serve, *args])
+        )
     rendezvous = [
         "--distributed-executor-backend", "mp",
         "--nnodes", "$(LWS_GROUP_SIZE)",
@@ -478,7 +262,7 @@ def _group(profile: profiles.Profile, strategy: Mapping[str, Any]) -> GroupValue
         "--master-port", str(MP_MASTER_PORT),
     ]  # fmt: skip
     rolling = strategy.get("rollingUpdate") or {}
-    return GroupValues(
+    return chart_values.GroupValues(
         engine="lws",
         size=size,
         leaderCommand=[*serve, *args, *rendezvous],
@@ -526,25 +310,33 @@ _POD_SHAPING = (
     "securityContext", "podLabels", "podAnnotations", "nodeSelector", "affinity", "tolerations",
     "priorityClassName", "runtimeClassName", "terminationGracePeriodSeconds", "group",
 )  # fmt: skip
+# Also pod-shaping, but hashed only when set, so that a release which sets none of them keeps the copy
+# names it had before they existed (a new name restarts every copy).
+_POD_SHAPING_WHEN_SET = ("extraEnv", "envFrom", "extraVolumes", "extraVolumeMounts")
 
 
-def _with_copies(values: Values, profile: profiles.Profile) -> Values:
+def _with_copies(values: chart_values.Values, profile: profiles.Profile) -> chart_values.Values:
     """Name the group objects and give each copy its affinity. KubeRay copies are named by a hash of
     the pod templates: an upgrade creates new RayClusters beside the old (or in their place), and a
     RayCluster's pods are never changed in place, which KubeRay would do one pod at a time."""
     group = values.group
     if not group.engine:
         return values
-    shaping = values.model_dump(mode="json", include=set(_POD_SHAPING))
+    dumped = values.model_dump(mode="json")
+    shaping = {k: dumped[k] for k in _POD_SHAPING} | {k: dumped[k] for k in _POD_SHAPING_WHEN_SET if dumped[k]}
     digest = hashlib.sha256(json.dumps(shaping, sort_keys=True).encode()).hexdigest()[:8]
     topology = profile.placement.topologyKey
     if group.engine == "lws":
         # One object; LWS names the groups and labels each pod with its group's key.
-        copies = [CopyValues(name=values.fullnameOverride, affinity=_copy_affinity(values.affinity, None, topology))]
+        copies = [
+            chart_values.CopyValues(
+                name=values.fullnameOverride, affinity=_copy_affinity(values.affinity, None, topology)
+            )
+        ]
     else:
         prefix = _copy_prefix(values.fullnameOverride)
         names = [f"{prefix}-{digest}-{i}" for i in range(values.replicaCount)]
-        copies = [CopyValues(name=n, affinity=_copy_affinity(values.affinity, n, topology)) for n in names]
+        copies = [chart_values.CopyValues(name=n, affinity=_copy_affinity(values.affinity, n, topology)) for n in names]
     return values.model_copy(update={"group": group.model_copy(update={"copies": copies})})
 
 
@@ -575,15 +367,15 @@ def _copy_affinity(base: Mapping[str, Any], copy: str | None, topology_key: str 
     return affinity
 
 
-def _disruption(replicas: int, pods_per_copy: int) -> DisruptionValues:
+def _disruption(replicas: int, pods_per_copy: int) -> chart_values.DisruptionValues:
     # One replica: maxUnavailable 1, since minAvailable 1 would block every node drain for good
     # (one replica pauses serving on a drain whatever we write). More: minAvailable N-1, so a
     # drain takes one GPU node's replica at a time and the others keep serving. A copy across
     # nodes stops serving when any of its pods goes, so a drain takes one pod at a time: at most
     # one copy is down while it recovers.
     if replicas == 1 or pods_per_copy > 1:
-        return DisruptionValues(maxUnavailable=1)
-    return DisruptionValues(minAvailable=replicas - 1, maxUnavailable=0)
+        return chart_values.DisruptionValues(maxUnavailable=1)
+    return chart_values.DisruptionValues(minAvailable=replicas - 1, maxUnavailable=0)
 
 
 def _sorted(mapping: Mapping[str, str]) -> dict[str, str]:

@@ -9,6 +9,7 @@ Every value's source line is kept so validation errors can point at the line to 
 from __future__ import annotations
 
 import dataclasses
+import datetime
 from collections.abc import Mapping
 from typing import Any
 
@@ -36,6 +37,9 @@ class Document:
     lines: dict[Path, int]  # path of a key or list item -> 1-based line
     # Paths set from outside the text (``--set``, ``-n``) -> what set them, for messages.
     origins: dict[Path, str] = dataclasses.field(default_factory=dict)
+    # Scalars YAML read as something other than a string (true, yes, 1.0, 2024-01-01) -> the text as
+    # written, so a message can show `yes`, not the True it became.
+    scalars: dict[Path, str] = dataclasses.field(default_factory=dict)
 
     def origin_of(self, path: Path) -> str | None:
         """What set ``path`` or one of its parents from outside the text, if anything did."""
@@ -102,12 +106,40 @@ def parse(raw: bytes) -> Document:
         kind = "a list" if isinstance(root, yaml.SequenceNode) else "a single value"
         raise YamlProblem(f"the document is {kind}; a profile is a mapping with apiVersion, kind, …", 1)
     lines: dict[Path, int] = {(): root.start_mark.line + 1}
-    data = _convert(root, (), lines, loader)
+    scalars: dict[Path, str] = {}
+    data = _convert(root, (), lines, loader, scalars)
     assert isinstance(data, dict)
-    return Document(data=data, lines=lines)
+    return Document(data=data, lines=lines, scalars=scalars)
 
 
-def _convert(node: yaml.Node, path: Path, lines: dict[Path, int], loader: yaml.SafeLoader) -> Any:
+def quoting_hint(doc: Document, path: Path, value: Any) -> str | None:
+    """For a value YAML read as a boolean, number, date or null where a string is wanted: the
+    message that says so and how to quote it; None for any other value."""
+    kind = _YAML_KINDS.get(type(value))
+    if kind is None:
+        return None
+    written = doc.scalars.get(tuple(path))
+    if written is None:  # set from outside the text (--set, an object read from the cluster): the text is gone
+        shown = "null" if value is None else str(value).lower() if isinstance(value, bool) else str(value)
+        return f"YAML reads the value as {kind} ({shown}); quote it to keep it a string"
+    if not written:
+        return f'an empty value is {kind} in YAML; write a string, or quote an empty one: ""'
+    return f'`{written}` is {kind} in YAML; quote it: "{written}"'
+
+
+_YAML_KINDS: dict[type, str] = {
+    bool: "a boolean",
+    int: "a number",
+    float: "a number",
+    datetime.date: "a date",
+    datetime.datetime: "a timestamp",
+    type(None): "null",
+}
+
+
+def _convert(
+    node: yaml.Node, path: Path, lines: dict[Path, int], loader: yaml.SafeLoader, scalars: dict[Path, str]
+) -> Any:
     if len(path) > MAX_DEPTH:
         raise YamlProblem(f"the document nests deeper than {MAX_DEPTH} levels", node.start_mark.line + 1)
     if isinstance(node, (yaml.MappingNode, yaml.SequenceNode)) and node.tag not in _PLAIN_COLLECTION_TAGS:
@@ -129,18 +161,21 @@ def _convert(node: yaml.Node, path: Path, lines: dict[Path, int], loader: yaml.S
                     f"duplicate key {where!r} (first on line {lines[(*path, key)]}); keep one of them", line
                 )
             lines[(*path, key)] = line
-            out[key] = _convert(value_node, (*path, key), lines, loader)
+            out[key] = _convert(value_node, (*path, key), lines, loader, scalars)
         return out
     if isinstance(node, yaml.SequenceNode):
         items = []
         for index, item in enumerate(node.value):
             lines[(*path, index)] = item.start_mark.line + 1
-            items.append(_convert(item, (*path, index), lines, loader))
+            items.append(_convert(item, (*path, index), lines, loader, scalars))
         return items
     try:
-        return loader.construct_object(node, deep=True)
+        value = loader.construct_object(node, deep=True)
     except yaml.YAMLError as e:
         raise YamlProblem(f"cannot read value: {e}", node.start_mark.line + 1) from e
+    if not isinstance(value, str) and isinstance(node, yaml.ScalarNode):
+        scalars[path] = node.value
+    return value
 
 
 def dump(data: Mapping[str, Any]) -> str:

@@ -1,6 +1,6 @@
 """Write charts/vllm-inference/values.schema.json from the pydantic model of the chart's values.
 
-The schema is generated, never edited: change ``orchestrator.render.Values``, run this script,
+The schema is generated, never edited: change ``orchestrator.chart_values.Values``, run this script,
 commit both. ``--check`` exits 1 when the committed file is not what the models give now (CI and
 tests/test_chart.py run it that way).
 
@@ -26,7 +26,7 @@ from typing import Any
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # run from a source checkout without installing the package
 
-from orchestrator import crd, render  # noqa: E402
+from orchestrator import chart_values, crd  # noqa: E402
 
 SCHEMA_PATH = ROOT / "charts" / "vllm-inference" / "values.schema.json"
 
@@ -47,7 +47,7 @@ UMBRELLA_KEYS: dict[str, dict[str, Any]] = {
 
 def generate() -> str:
     """The schema text, byte for byte as it must be committed."""
-    raw = render.Values.model_json_schema()
+    raw = chart_values.Values.model_json_schema()
     defs: dict[str, Any] = raw.pop("$defs", {})
     schema = {
         "$schema": "http://json-schema.org/draft-07/schema#",
@@ -55,7 +55,7 @@ def generate() -> str:
         **_clean(crd.inline_refs(raw, defs)),
     }
     clashes = UMBRELLA_KEYS.keys() & schema["properties"].keys()
-    assert not clashes, f"render.Values must not define {sorted(clashes)}: Helm sets them in a subchart"
+    assert not clashes, f"chart_values.Values must not define {sorted(clashes)}: Helm sets them in a subchart"
     schema["properties"].update(UMBRELLA_KEYS)
     return json.dumps(schema, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
 

@@ -17,7 +17,7 @@ import pytest
 import yaml
 from pydantic import BaseModel
 
-from orchestrator import cli, planner, profile, render
+from orchestrator import chart_values, cli, planner, profile, render
 
 
 def _rendered(prof: profile.Profile, strategy: dict[str, Any] | None = None) -> list[dict[str, Any]]:
@@ -73,7 +73,7 @@ def test_committed_schema_is_what_the_generator_writes_now() -> None:
 def test_values_yaml_points_editors_at_the_schema_and_validates() -> None:
     text = (CHART / "values.yaml").read_text(encoding="utf-8")
     assert text.startswith("# yaml-language-server: $schema=values.schema.json\n")
-    render.Values.model_validate(yaml.safe_load(text))
+    chart_values.Values.model_validate(yaml.safe_load(text))
 
 
 def _leaves(model: type[BaseModel], prefix: str = "") -> set[str]:
@@ -110,7 +110,7 @@ def _documented(text: str) -> dict[str, bool]:
 
 def test_every_value_has_a_helm_docs_comment() -> None:
     documented = _documented((CHART / "values.yaml").read_text(encoding="utf-8"))
-    leaves = _leaves(render.Values)
+    leaves = _leaves(chart_values.Values)
     assert sorted(leaves - documented.keys()) == [], "values.yaml lacks these values"
     assert sorted(k for k in leaves if not documented[k]) == [], "these values have no `# --` comment"
 
@@ -125,7 +125,7 @@ def test_chart_app_version_is_the_default_vllm_version() -> None:
 @pytest.mark.parametrize("path", PROFILES, ids=lambda p: p.stem)
 def test_helm_values_of_every_profile_are_valid_chart_values(path: pathlib.Path) -> None:
     values = render.helm_values(profile.load(path), planner.plan(profile.load(path)))
-    assert render.Values.model_validate(values).model_dump(mode="json") == values
+    assert chart_values.Values.model_validate(values).model_dump(mode="json") == values
 
 
 # --- with the helm binary --------------------------------------------------------------------------
@@ -375,7 +375,7 @@ def test_committed_readme_values_table_is_what_the_generator_writes_now() -> Non
 def test_readme_lists_every_value_and_the_keys_helm_sets_in_a_subchart() -> None:
     readme = (CHART / "README.md").read_text(encoding="utf-8")
     rows = {line.split("|")[1].strip() for line in readme.splitlines() if line.startswith("| ")} - {"Key"}
-    assert rows == _leaves(render.Values) | {"global", "enabled"}
+    assert rows == _leaves(chart_values.Values) | {"global", "enabled"}
 
 
 def test_readme_table_reads_helm_docs_comments_schema_types_and_defaults() -> None:

@@ -350,7 +350,7 @@ def test_validate_and_plan_a_profile_vllm_would_refuse_exit_2_with_the_line(tmp_
     for command in ("validate", "plan"):
         result = run(command, str(bad))
         assert result.exit_code == ExitCode.INVALID_PROFILE, (command, result.output)
-        assert "engine.tensorParallelSize (line 19)" in result.stderr
+        assert "engine.tensorParallelSize (line 20)" in result.stderr
 
 
 def test_a_mistyped_profile_key_exits_2_with_a_suggestion(tmp_path: pathlib.Path) -> None:

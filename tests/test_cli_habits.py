@@ -46,6 +46,7 @@ PRINTS_DATA = {
     "audit export",
     "bench",
     "version",
+    "schema",
 }
 
 
@@ -255,7 +256,7 @@ def test_the_profiles_namespace_wins_and_a_contradicting_n_is_an_error(
     assert run("apply", str(DEV), "-n", "inference-dev").exit_code == 0
     result = run("apply", str(DEV), "-n", "other")
     assert result.exit_code == ExitCode.USAGE
-    assert "-n other contradicts the profile's metadata.namespace inference-dev (line 6)" in result.stderr
+    assert "-n other contradicts the profile's metadata.namespace inference-dev (line 7)" in result.stderr
     assert len(fake_apply.calls) == 2
 
 
@@ -460,7 +461,7 @@ def test_a_bad_profile_on_stdin_is_named_stdin_with_its_line() -> None:
     text = DEV.read_text().replace("tensorParallelSize: 2", "tensorParalelSize: 2")
     result = run("validate", "-", input=text)
     assert result.exit_code == ExitCode.INVALID_PROFILE
-    assert "<stdin>:" in result.stderr and "engine.tensorParalelSize (line 15)" in result.stderr
+    assert "<stdin>:" in result.stderr and "engine.tensorParalelSize (line 16)" in result.stderr
 
 
 def test_apply_from_stdin_records_the_text_it_read(fake_apply: Recorder) -> None:

@@ -81,9 +81,13 @@ def test_limits_and_enums_come_from_the_models() -> None:
     assert engine["tensorParallelSize"]["minimum"] == 1 and engine["tensorParallelSize"]["maximum"] == 64
     assert engine["kvCacheDtype"]["enum"] == ["auto", "fp8", "fp8_e4m3", "fp8_e5m2"]
     assert engine["gpuMemoryUtilization"] == {**engine["gpuMemoryUtilization"], "minimum": 0, "exclusiveMinimum": True}
-    assert spec["hardware"]["properties"]["gpu"]["enum"] == sorted(spec["hardware"]["properties"]["gpu"]["enum"])
-    assert "H100-80GB" in spec["hardware"]["properties"]["gpu"]["enum"]
-    assert "llama-3.1-405b" in spec["model"]["properties"]["architecture"]["enum"]
+    # Catalog names are matched in any case, as the loader does: a CEL rule, not an enum.
+    (gpu_rule,) = spec["hardware"]["properties"]["gpu"]["x-kubernetes-validations"]
+    assert "enum" not in spec["hardware"]["properties"]["gpu"]
+    assert gpu_rule["rule"].startswith("self.lowerAscii() in [") and "'h100-80gb'" in gpu_rule["rule"]
+    assert "H100-80GB" in gpu_rule["message"] and "hardware.productLabels" in gpu_rule["message"]
+    (arch_rule,) = spec["model"]["properties"]["architecture"]["x-kubernetes-validations"]
+    assert "'llama-3.1-405b'" in arch_rule["rule"] and "model.config" in arch_rule["message"]
     assert spec["gate"]["properties"]["smoke"]["properties"]["slo"]["additionalProperties"] == {"type": "string"}
     source = spec["model"]["properties"]["source"]
     assert {"pvc", "hostPath", "path", "mountPath"} <= set(source["properties"])

@@ -37,7 +37,7 @@ import pytest
 import yaml
 from pydantic import BaseModel
 
-from orchestrator import errors, profile, render, vllm_flags
+from orchestrator import chart_values, errors, profile, render, vllm_flags
 
 ROOT = docblocks.ROOT
 DEPLOYCTL = str(Path(sys.executable).parent / "deployctl")
@@ -92,7 +92,7 @@ def _is_map(annotation: Any) -> bool:
 def descriptions() -> list[tuple[str, str]]:
     """(where, text) of every Field description of the profile and of the Helm chart's values."""
     found = []
-    for model in [*_models(profile.Profile), *_models(render.Values)]:
+    for model in [*_models(profile.Profile), *_models(chart_values.Values)]:
         source = model.__module__.replace(".", "/") + ".py"
         for name, info in model.model_fields.items():
             if info.description:
@@ -473,15 +473,18 @@ def test_every_environment_variable_the_docs_take_from_a_secret_is_one_a_profile
     assert not problems, "\n".join(problems)
 
 
-def test_the_sentence_that_took_vllm_api_key_from_a_secret_is_caught() -> None:
+def test_a_sentence_taking_a_variable_no_profile_fills_from_a_secret_is_caught() -> None:
     old = (
         "`--api-key` in `engine.extraArgs` is refused (it would put a secret into the profile and the records: "
         "set `VLLM_API_KEY` from a Secret instead); only a fixed list of CI variables is recorded."
     )
     claims = secret_env_claims("docs/airgap.md (before)", old)
     assert [(c.name, c.from_secret) for c in claims] == [("VLLM_API_KEY", True)]
-    assert secret_env_problem(claims[0]) is not None
-    assert field_problem("engine.extraArgs") is None
+    # Once wrong, now true: engine.env takes VLLM_API_KEY from a Secret (the every-field profile does).
+    assert secret_env_problem(claims[0]) is None
+    assert field_problem("engine.extraArgs") is None and field_problem("engine.env.valueFrom.secretKeyRef") is None
+    (other,) = secret_env_claims("docs/x.md", "set `NCCL_SOCKET_IFNAME` from a Secret instead")
+    assert secret_env_problem(other) is not None
 
 
 # --- vLLM's defaults ------------------------------------------------------------------------------

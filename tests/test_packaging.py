@@ -43,6 +43,7 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> pathlib.Path:
         "orchestrator/manifests/deployment.yaml.j2",
         "orchestrator/manifests/rbac/deployctl.yaml.j2",
         "orchestrator/data/gpus.yaml",
+        "orchestrator/data/profile.schema.json",
         "orchestrator/data/models/llama-3-70b.json",
         "orchestrator/data/vllm_flags/0.33.0.json",
         "orchestrator/kube/client.py",

@@ -426,10 +426,31 @@ def test_gpu_pools_group_gpu_nodes_by_product_and_nvlink() -> None:
     pools = preflight.gpu_pools(nodes, pods)
 
     assert pools == [
-        {"product": "NVIDIA-A100-PCIE-80GB", "nvlink": False, "nodes": 1, "gpus_total": 4, "gpus_free": 4},
+        {
+            "product": "NVIDIA-A100-PCIE-80GB",
+            "gpu": "A100-80GB",
+            "nvlink": False,
+            "nodes": 1,
+            "gpus_total": 4,
+            "gpus_free": 4,
+        },
         # The cordoned third node adds GPUs to the total but none to what a new pod could use.
-        {"product": "NVIDIA-A100-SXM4-80GB", "nvlink": True, "nodes": 3, "gpus_total": 12, "gpus_free": 4},
-        {"product": "NVIDIA-H100-80GB-HBM3", "nvlink": True, "nodes": 1, "gpus_total": 8, "gpus_free": 6},
+        {
+            "product": "NVIDIA-A100-SXM4-80GB",
+            "gpu": "A100-80GB",
+            "nvlink": True,
+            "nodes": 3,
+            "gpus_total": 12,
+            "gpus_free": 4,
+        },
+        {
+            "product": "NVIDIA-H100-80GB-HBM3",
+            "gpu": "H100-80GB",
+            "nvlink": True,
+            "nodes": 1,
+            "gpus_total": 8,
+            "gpus_free": 6,
+        },
     ]
 
 

@@ -116,8 +116,9 @@ class Sglang(Engine):
                 r"is not a valid JSON file|Can't load the configuration of"
             ),
             "SGLang could not load a model at the path it was given: check model.source, that the directory holds "
-            "the complete model (config.json, tokenizer, weights) readable by uid 1000, and that SGLang supports "
-            "its architecture; offline, it cannot fall back to downloading it",
+            "the complete model (config.json, tokenizer, weights) readable by uid 1000 (or by the group "
+            "engine.fsGroup names), and that SGLang supports its architecture; offline, it cannot fall back to "
+            "downloading it",
         ),
     )
 

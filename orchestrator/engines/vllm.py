@@ -68,7 +68,7 @@ class Vllm(Engine):
             ),
             "vLLM could not read a model at the path it was given: check model.source (the claim or host path, "
             "and path) and that the directory holds the complete model (config.json, tokenizer, weights) readable "
-            "by uid 1000; offline, vLLM cannot fall back to downloading it",
+            "by uid 1000 (or by the group engine.fsGroup names); offline, vLLM cannot fall back to downloading it",
         ),
         CrashClass(
             "kv_cache",

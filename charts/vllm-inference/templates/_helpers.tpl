@@ -96,7 +96,11 @@ containers:
     {{- toYaml . | nindent 4 }}
   {{- end }}
   env:
-    {{- toYaml $v.server.env | nindent 4 }}
+    {{- toYaml (concat $v.server.env $v.extraEnv) | nindent 4 }}
+  {{- with $v.envFrom }}
+  envFrom:
+    {{- toYaml . | nindent 4 }}
+  {{- end }}
   {{- if .serves }}
   ports:
   - name: http
@@ -124,6 +128,9 @@ containers:
   {{- /* HOME for a uid the image does not know: caches of torch.compile, Triton, FlashInfer. */}}
   - name: home
     mountPath: /home/vllm
+  {{- with $v.extraVolumeMounts }}
+  {{- toYaml . | nindent 2 }}
+  {{- end }}
 volumes:
 - name: model
   {{- if $v.model.claimName }}
@@ -142,4 +149,7 @@ volumes:
     sizeLimit: {{ $v.shmSizeLimit | quote }}
 - name: home
   emptyDir: {}
+{{- with $v.extraVolumes }}
+{{ toYaml . }}
+{{- end }}
 {{- end }}
