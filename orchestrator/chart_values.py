@@ -11,12 +11,12 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from orchestrator import conventions
+
 # The pod's last words: vLLM stops taking requests on SIGTERM and finishes what it can; a
 # minute covers short completions without holding a GPU node through a drain for long.
 TERMINATION_GRACE_SECONDS = 60
 
-# What the Prometheus Operator's CRDs accept as a duration (monitoring.coreos.com/v1 Duration).
-PROMETHEUS_DURATION = r"^(0|(([0-9]+)y)?(([0-9]+)w)?(([0-9]+)d)?(([0-9]+)h)?(([0-9]+)m)?(([0-9]+)s)?(([0-9]+)ms)?)$"
 
 # --- the chart's values ------------------------------------------------------------------------
 
@@ -164,7 +164,7 @@ class PodMonitorValues(_Values):
     )
     interval: str = Field(
         default="30s",
-        pattern=PROMETHEUS_DURATION,
+        pattern=conventions.PROMETHEUS_DURATION,
         description="How often Prometheus scrapes each pod (a Prometheus duration: 15s, 1m).",
     )
     labels: dict[str, str] = Field(

@@ -35,6 +35,9 @@ LEADER_ROLE, WORKER_ROLE = "leader", "worker"
 GROUP_KINDS = ("RayCluster", "LeaderWorkerSet")
 # The Prometheus Operator's scrape object (profile monitoring.podMonitor); its CRD is optional too.
 POD_MONITOR_KIND = "PodMonitor"
+# What the Prometheus Operator's CRDs accept as a duration (monitoring.coreos.com/v1 Duration):
+# units from y to ms, largest first. The profile checks it and the chart's schema carries it.
+PROMETHEUS_DURATION = r"^(0|(([0-9]+)y)?(([0-9]+)w)?(([0-9]+)d)?(([0-9]+)h)?(([0-9]+)m)?(([0-9]+)s)?(([0-9]+)ms)?)$"
 
 GPU_RESOURCE = "nvidia.com/gpu"
 GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"  # set by NVIDIA GPU Feature Discovery

@@ -19,6 +19,7 @@ from pydantic import Field, PrivateAttr
 
 from orchestrator import (
     catalog,
+    conventions,
     engines,
     errors,
     gate_auth,
@@ -436,8 +437,7 @@ class AirgapSpec(_Model):
         return v
 
 
-# A Prometheus Operator duration (monitoring.coreos.com/v1 Duration): units from y to ms, largest first.
-_PROMETHEUS_DURATION = re.compile(r"^(0|([0-9]+y)?([0-9]+w)?([0-9]+d)?([0-9]+h)?([0-9]+m)?([0-9]+s)?([0-9]+ms)?)$")
+_PROMETHEUS_DURATION = re.compile(conventions.PROMETHEUS_DURATION)
 
 
 class PodMonitorSpec(_Model):
