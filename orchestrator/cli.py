@@ -14,7 +14,7 @@ from typing import Any
 import click
 
 import orchestrator
-from orchestrator import bench_cli, cli_options, cli_views, errors, output
+from orchestrator import bench_cli, cli_options, cli_uninstall, cli_views, errors, output
 from orchestrator.errors import ExitCode
 
 VERSION = orchestrator.__version__
@@ -504,7 +504,14 @@ def completion(shell: str) -> None:
     click.echo(cls(main, {}, "deployctl", "_DEPLOYCTL_COMPLETE").source())
 
 
-for _command in (cli_views.history, cli_views.status, cli_views.diff, cli_views.inventory, cli_views.audit):
+for _command in (
+    cli_views.history,
+    cli_views.status,
+    cli_views.diff,
+    cli_views.inventory,
+    cli_views.audit,
+    cli_uninstall.uninstall,
+):
     main.add_command(_command)
 # Last: every option of every command, including those added above, reads DEPLOYCTL_<COMMAND>_<OPTION>.
 cli_options.install_envvars(main)

@@ -46,6 +46,7 @@ PRINTS_DATA = {
     "audit export",
     "bench",
     "version",
+    "uninstall",
 }
 
 
