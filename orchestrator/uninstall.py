@@ -201,7 +201,9 @@ def uninstall(request: Request, report: Reporter) -> Outcome:
     kube = connect(request.kubeconfig, request.context)
     user = kube.whoami()
     history = releases.load_history(kube, name, namespace)
-    if not history:
+    # A first apply writes its record only at its end: objects without records, next to a Lease, may
+    # be that apply's, so the lock (exit 8 while it runs) decides, and the records are read again.
+    if not history and (request.dry_run or not _first_apply_may_be_running(kube, name, namespace)):
         return _no_records(kube, request)
     used_kinds = rendered_optional_kinds(history)
     _check_access(kube, request, used_kinds)
@@ -217,6 +219,11 @@ def uninstall(request: Request, report: Reporter) -> Outcome:
         warn=lambda m: report("lock", f"warning: {m}"),
     ) as held:
         history = releases.load_history(kube, name, namespace)  # as it is now that we hold the lock
+        if not history:
+            return _no_records(kube, request)
+        if not rendered_optional_kinds(history) <= used_kinds:  # an apply finished while we waited
+            used_kinds = rendered_optional_kinds(history)
+            _check_access(kube, request, used_kinds)
         objects = release_objects(kube, name, namespace, used_kinds)
         _refuse_foreign(kube, name, namespace, objects)
         if request.purge:
@@ -251,6 +258,17 @@ def uninstall(request: Request, report: Reporter) -> Outcome:
     if request.purge:
         _remove_lease(kube, name, namespace)
     return _uninstalled(request, record, changes, timings)
+
+
+def _first_apply_may_be_running(kube: Kube, name: str, namespace: str) -> bool:
+    """The release has no records, but its lock's Lease and labelled objects exist: a first apply
+    may be running (it takes the lock before its first object and records at its end)."""
+    if kube.get("Lease", lock.lease_name(name), namespace) is None:
+        return False
+    try:
+        return bool(release_objects(kube, name, namespace, set()))
+    except errors.Forbidden:
+        return False
 
 
 def _no_records(kube: Kube, request: Request) -> Outcome:
