@@ -7,11 +7,20 @@ uninstalls it with the real `deployctl` and reads the cluster with the official 
 from __future__ import annotations
 
 import json
+import re
+from pathlib import Path
 from typing import Any
 
+import faulthelpers
 import kubernetes
+import yaml
 from deployhelpers import ReleaseEnv, deployctl, exists, profile, start_deployctl, wait_until, write_profile
 from test_multinode import two_node
+
+from orchestrator import render
+
+DOCS = Path(__file__).resolve().parent.parent / "docs"
+DEPLOYER = "ci-deployer"
 
 
 def uninstall(env: ReleaseEnv, *args: str, name: str = "llm", timeout: float = 180) -> Any:
@@ -183,6 +192,46 @@ def test_a_copy_across_nodes_is_uninstalled_with_its_raycluster_and_pods(env: Re
     assert gone.code == 0, gone.stdout + gone.stderr
     assert f"RayCluster/{copy}" in env.record(2)["deleted"]
     assert rayclusters() == [] and release_kinds(env) == {}
+
+
+def test_deployctls_role_uninstalls_and_only_the_documented_purge_role_can_purge(env: ReleaseEnv) -> None:
+    assert env.apply(profile(env.namespace)).code == 0
+    export = env.tmp / "audit.json"
+    with faulthelpers.applied(env.api, render.rbac(env.namespace, DEPLOYER)):
+        token = faulthelpers.mint_token(env.api, env.namespace, DEPLOYER)
+        kubeconfig = faulthelpers.kubeconfig_with(env.kubeconfig, env.tmp / "ci-kubeconfig", token=token, context="ci")
+
+        def run(*args: str) -> Any:
+            return deployctl(kubeconfig, "uninstall", "llm", "-n", env.namespace, *args)
+
+        refused = run("--purge", "--audit-export", str(export))
+        assert refused.code == 4, refused.stdout + refused.stderr
+        assert "delete configmaps" in refused.stderr and "Nothing was deleted" in refused.stderr
+        assert "Deployment" in release_kinds(env) and not export.exists()
+
+        done = run("-o", "json")
+        assert done.code == 0, done.stdout + done.stderr
+        assert env.record(2)["actor"]["user"] == f"system:serviceaccount:{env.namespace}:{DEPLOYER}"
+
+        with faulthelpers.applied(env.api, purge_role(env.namespace, DEPLOYER)):
+            purged = run("--purge", "--audit-export", str(export))
+        assert purged.code == 0, purged.stdout + purged.stderr
+    assert record_configmaps(env) == [] and json.loads(export.read_text())["records"][-1]["outcome"] == "uninstalled"
+
+
+def purge_role(namespace: str, service_account: str) -> list[dict[str, Any]]:
+    """The `deployctl-purge` Role exactly as docs/airgap.md shows it, bound to ``service_account``."""
+    blocks = re.findall(r"```yaml\n(.*?)```", (DOCS / "airgap.md").read_text(), re.S)
+    role = next(doc for doc in map(yaml.safe_load, blocks) if doc["metadata"]["name"] == "deployctl-purge")
+    role["metadata"]["namespace"] = namespace
+    binding = {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "RoleBinding",
+        "metadata": {"name": "deployctl-purge", "namespace": namespace},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "deployctl-purge"},
+        "subjects": [{"kind": "ServiceAccount", "name": service_account, "namespace": namespace}],
+    }
+    return [role, binding]
 
 
 def _lease_holder(env: ReleaseEnv) -> str | None:
