@@ -106,6 +106,11 @@ def test_uninstall_deletes_only_the_releases_objects_and_records_it_in_history_a
     assert "already uninstalled (revision 2" in again.stdout
     assert record_configmaps(env) == ["deployctl.llm.v1", "deployctl.llm.v2"], "the second uninstall wrote a record"
 
+    reinstalled = env.apply(profile(env.namespace))
+    assert reinstalled.code == 0 and reinstalled.json["revision"] == 3, reinstalled.stdout + reinstalled.stderr
+    statuses = [(r["revision"], r["status"]) for r in env.history()]
+    assert statuses == [(1, "superseded"), (2, "uninstalled"), (3, "deployed")]
+
 
 def test_rollback_after_uninstall_redeploys_the_revision_that_was_live(env: ReleaseEnv) -> None:
     assert env.apply(profile(env.namespace)).code == 0
