@@ -112,6 +112,25 @@ def test_uninstall_deletes_only_the_releases_objects_and_records_it_in_history_a
     assert statuses == [(1, "superseded"), (2, "uninstalled"), (3, "deployed")]
 
 
+def test_a_pod_that_outlives_the_timeout_exits_5_naming_it_and_a_rerun_waits_for_it(env: ReleaseEnv) -> None:
+    assert env.apply(profile(env.namespace)).code == 0
+    core = kubernetes.client.CoreV1Api(env.api)
+    (pod,) = release_kinds(env)["Pod"]
+    core.patch_namespaced_pod(pod, env.namespace, {"metadata": {"finalizers": ["e2e.deployctl.dev/hold"]}})
+    try:
+        held = uninstall(env, "--timeout", "4s", "-o", "json")
+        assert held.code == 5, held.stdout + held.stderr
+        assert held.json["result"] == "uninstall_failed" and pod in held.json["message"]
+        assert "waiting for 1 pod to terminate" in held.stderr
+        assert set(release_kinds(env)) == {"Pod"}, "the objects should be deleted, only the held pod left"
+        assert [r["status"] for r in env.history()] == ["superseded", "uninstalled"]
+    finally:  # a held pod would also hold up the namespace's deletion
+        core.patch_namespaced_pod(pod, env.namespace, {"metadata": {"finalizers": None}})
+    rerun = uninstall(env, "-o", "json")
+    assert rerun.code == 0 and rerun.json["result"] == "already_uninstalled", rerun.stdout + rerun.stderr
+    assert release_kinds(env) == {}
+
+
 def test_rollback_after_uninstall_redeploys_the_revision_that_was_live(env: ReleaseEnv) -> None:
     assert env.apply(profile(env.namespace)).code == 0
     assert env.apply(profile(env.namespace, engine={"maxNumSeqs": 16})).code == 0
@@ -180,6 +199,11 @@ def test_unknown_release_is_a_clear_error_naming_the_namespace(env: ReleaseEnv) 
     assert result.code == 1
     assert f"no release nope in namespace {env.namespace}" in result.stderr
     assert "Traceback" not in result.stderr
+    # Without -n, DEPLOYCTL_NAMESPACE names the namespace, as for every command.
+    from_env = deployctl(env.kubeconfig, "uninstall", "nope", env={"DEPLOYCTL_NAMESPACE": env.namespace})
+    assert from_env.code == 1 and f"in namespace {env.namespace}" in from_env.stderr, from_env.stderr
+    lease = kubernetes.client.CoordinationV1Api(env.api).list_namespaced_lease(env.namespace).items
+    assert lease == [], "an uninstall of an unknown release left a lock behind"
 
 
 def test_a_copy_across_nodes_is_uninstalled_with_its_raycluster_and_pods(env: ReleaseEnv) -> None:
