@@ -234,24 +234,14 @@ def uninstall(request: Request, report: Reporter) -> Outcome:
             report("uninstall", f"{name} is already uninstalled (revision {record.revision}); nothing to delete")
             if not request.purge:
                 left = _wait(kube, request, deadline, report, timings, held) if request.wait else []
-                return _already(request, record, left, timings)
+                return _pods_left(request, record, left, held, timings) if left else _already(request, record, timings)
         else:
             record, failure = _delete_and_record(kube, request, history, objects, actor, report, timings, changes)
             if failure is not None:
                 return Outcome("uninstall_failed", name, namespace, failure.message, record.revision, failure, timings)
         left = _wait(kube, request, deadline, report, timings, held) if request.wait else []
         if left:
-            message = _left_message(request, left, record)
-            return Outcome(
-                "uninstall_failed",
-                name,
-                namespace,
-                message,
-                record.revision,
-                Failure("timeout", message, "wait"),
-                timings,
-                changes=changes,
-            )
+            return _pods_left(request, record, left, held, timings, changes)
         if request.purge:
             with timings.phase("purge"):
                 changes += _purge(kube, request, actor, report)
@@ -545,13 +535,8 @@ def _count(n: int, noun: str) -> str:
     return f"{n} {noun}{'s' if n != 1 else ''}"
 
 
-def _already(request: Request, record: releases.Record, left: list[str], timings: Timings) -> Outcome:
+def _already(request: Request, record: releases.Record, timings: Timings) -> Outcome:
     name, namespace = request.name, request.namespace
-    if left:
-        message = _left_message(request, left, record)
-        return Outcome(
-            "uninstall_failed", name, namespace, message, record.revision, Failure("timeout", message, "wait"), timings
-        )
     message = (
         f"release {name} in {namespace} is already uninstalled (revision {record.revision}, {record.timestamp} by "
         f"{record.actor.get('user', '?')}); nothing was changed" + _rollback_hint(name, namespace)
@@ -559,12 +544,28 @@ def _already(request: Request, record: releases.Record, left: list[str], timings
     return Outcome("already_uninstalled", name, namespace, message, record.revision, timings=timings)
 
 
-def _left_message(request: Request, left: list[str], record: releases.Record) -> str:
-    return (
-        f"release {request.name}'s objects are deleted (revision {record.revision} records it), but {len(left)} "
-        f"pod{'s' if len(left) != 1 else ''} did not terminate within {int(request.timeout)}s: {', '.join(left[:4])}. "
-        f"Look at their finalizers and nodes (`kubectl get pod {left[0]} -n {request.namespace} -o yaml`); "
-        "running the same uninstall again waits for them" + (" and then purges" if request.purge else "")
+def _pods_left(
+    request: Request,
+    record: releases.Record,
+    left: list[str],
+    held: lock.ReleaseLock,
+    timings: Timings,
+    changes: list[dict[str, str]] | None = None,
+) -> Outcome:
+    """The objects are deleted and recorded, but pods of the release are still there: the deadline
+    ran out (exit 5), or the lock was lost while waiting (exit 4: someone else now acts on it)."""
+    pods = f"{len(left)} pod{'s' if len(left) != 1 else ''}"
+    lost = held.lost_reason()
+    why = f"the wait for {pods} stopped: {lost}" if lost else f"{pods} did not terminate within {int(request.timeout)}s"
+    message = (
+        f"release {request.name}'s objects are deleted (revision {record.revision} records it), but {why}: "
+        f"{', '.join(left[:4])}. Look at their finalizers and nodes (`kubectl get pod {left[0]} -n "
+        f"{request.namespace} -o yaml`); running the same uninstall again waits for them"
+        + (" and then purges" if request.purge else "")
+    )
+    failure = Failure("lock_lost" if lost else "timeout", message, "wait")
+    return Outcome(
+        "uninstall_failed", request.name, request.namespace, message, record.revision, failure, timings, changes=changes
     )
 
 
