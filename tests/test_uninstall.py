@@ -421,3 +421,14 @@ def test_unknown_kubeconfig_is_a_clear_error_not_a_traceback(tmp_path: pathlib.P
     assert result.exit_code != 0
     assert "Traceback" not in result.output
     assert result.stderr.startswith("error: ")
+
+
+def test_options_read_their_deployctl_uninstall_variables(tmp_path: pathlib.Path) -> None:
+    # DEPLOYCTL_UNINSTALL_PURGE reaches the library: it asks for the export file the purge needs.
+    purge_only = run(RELEASE, env={"DEPLOYCTL_UNINSTALL_PURGE": "1"})
+    assert purge_only.exit_code == ExitCode.USAGE and "give --audit-export FILE" in purge_only.stderr
+
+    old = tmp_path / "kept.json"
+    old.write_text("{}")
+    both = run(RELEASE, env={"DEPLOYCTL_UNINSTALL_PURGE": "true", "DEPLOYCTL_UNINSTALL_AUDIT_EXPORT": str(old)})
+    assert both.exit_code == ExitCode.USAGE and f"--audit-export {old} already exists" in both.stderr
