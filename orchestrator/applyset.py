@@ -83,6 +83,17 @@ def check_access(kube: Kube, namespace: str, group_kind: str | None = None, *, p
     their permissions are asked too)."""
     required = REQUIRED_ACCESS + (GROUP_ACCESS[group_kind] if group_kind else [])
     required += GROUP_ACCESS[POD_MONITOR] if pod_monitor else []
+    missing = missing_access(kube, namespace, required)
+    if missing:
+        raise errors.Forbidden(
+            f"the identity of context {kube.context!r} may not: {', '.join(missing)} in namespace {namespace}. "
+            "Nothing was changed. Bind it to deployctl's Role (`deployctl render PROFILE --format rbac`)"
+        )
+
+
+def missing_access(kube: Kube, namespace: str, required: list[tuple[str, str, str, str]]) -> list[str]:
+    """Which of ``required`` (verb, group, resource, subresource) the identity may not do in
+    ``namespace``, as "verb resource[/sub] (group)"; empty when it may do them all."""
     # One rules review shows most or all of them granted in one round trip (Node and RBAC
     # authorizers). Each one it does not show, or all of them behind a webhook authorizer, is
     # asked on its own (an access review, authoritative), in parallel: each is a round trip.
@@ -92,16 +103,11 @@ def check_access(kube: Kube, namespace: str, group_kind: str | None = None, *, p
     if unsure:
         with concurrent.futures.ThreadPoolExecutor(max_workers=8) as pool:
             allowed = list(pool.map(lambda a: kube.can_i(a[0], a[2], namespace, group=a[1], subresource=a[3]), unsure))
-    missing = [
+    return [
         f"{verb} {resource}{'/' + sub if sub else ''}" + (f" ({group})" if group else "")
         for (verb, group, resource, sub), ok in zip(unsure, allowed, strict=True)
         if not ok
     ]
-    if missing:
-        raise errors.Forbidden(
-            f"the identity of context {kube.context!r} may not: {', '.join(missing)} in namespace {namespace}. "
-            "Nothing was changed. Bind it to deployctl's Role (`deployctl render PROFILE --format rbac`)"
-        )
 
 
 def ensure_namespace(kube: Kube, namespace: str, create: bool) -> None:

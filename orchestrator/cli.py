@@ -14,7 +14,7 @@ from typing import Any
 import click
 
 import orchestrator
-from orchestrator import bench_cli, cli_options, cli_schema, cli_views, errors, output
+from orchestrator import bench_cli, cli_options, cli_schema, cli_uninstall, cli_views, errors, output
 from orchestrator.errors import ExitCode
 
 VERSION = orchestrator.__version__
@@ -511,6 +511,7 @@ for _command in (
     cli_views.inventory,
     cli_views.audit,
     cli_schema.schema,
+    cli_uninstall.uninstall,
 ):
     main.add_command(_command)
 # Last: every option of every command, including those added above, reads DEPLOYCTL_<COMMAND>_<OPTION>.

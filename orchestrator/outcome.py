@@ -24,6 +24,9 @@ Result = Literal[
     "left_failed",  # the revision failed and was left in place (--no-rollback)
     "rollback_failed",  # the revision failed and restoring failed too: a person must look
     "gate_failed",  # GitOps gate: the synced revision failed; in GitOps the fix is a revert in git
+    "uninstalled",  # `deployctl uninstall`: the release's objects are deleted and that is recorded
+    "already_uninstalled",  # uninstall of a release with nothing left to delete: nothing was written
+    "uninstall_failed",  # uninstall could not delete everything, or its pods outlived --timeout
 ]
 
 # Failure classes that are the cluster's (or the lock's) doing, not the revision's: exit 4, even
@@ -49,7 +52,7 @@ class Failure:
 
 def exit_code(result: Result, failure: Failure | None) -> ExitCode:
     """The exit code of every ending; the only place that decides one."""
-    if result in ("deployed", "dry_run"):
+    if result in ("deployed", "dry_run", "uninstalled", "already_uninstalled"):
         return ExitCode.OK
     if result == "rollback_failed":
         return ExitCode.ROLLBACK_FAILED
@@ -61,7 +64,7 @@ def exit_code(result: Result, failure: Failure | None) -> ExitCode:
         return ExitCode.ROLLOUT_FAILED  # whatever step it hit: the gate did not judge the revision
     if result == "rolled_back" and failure is not None and failure.stage in GATE_STAGES:
         return ExitCode.GATE_FAILED_ROLLED_BACK
-    return ExitCode.ROLLOUT_FAILED  # refused, left_failed, rolled back after a rollout failure or a bug
+    return ExitCode.ROLLOUT_FAILED  # refused, left_failed, rolled back after a rollout failure or a bug, pods left
 
 
 class Timings(dict[str, float]):

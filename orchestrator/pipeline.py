@@ -26,6 +26,7 @@ from orchestrator import (
     group_rollout,
     planner,
     preflight,
+    purge,
     releases,
     render,
     startup_log,
@@ -374,7 +375,10 @@ def rollback(name: str, namespace: str, to: int | None, options: Options, report
     with locked(kube, namespace, name, user, options, report):
         history = releases.load_history(kube, name, namespace)
         if not history:
-            raise errors.UnknownRelease(conventions.no_records_message(name, namespace))
+            stones = purge.tombstones(kube, name, namespace)  # purged: by whom, and where the records went
+            raise errors.UnknownRelease(
+                purge.explained(conventions.no_records_message(name, namespace), stones, namespace)
+            )
         target = _rollback_target(history, name, to)
         problems = [
             p for p in audit.verify(history, release=name, namespace=namespace) if p.revision == target.revision
@@ -392,6 +396,11 @@ def rollback(name: str, namespace: str, to: int | None, options: Options, report
 def _rollback_target(history: list[releases.Record], name: str, to: int | None) -> releases.Record:
     if to is not None:
         target = releases.get(history, to)
+        if target.outcome == "uninstalled":
+            raise errors.UsageError(
+                f"revision {to} of {name} records an uninstall, which has nothing to re-deploy; roll back to a "
+                "revision that was deployed (`deployctl history` shows them; without --to, the one live before it)"
+            )
         if target.outcome != "deployed":
             raise errors.UsageError(
                 f"revision {to} of {name} never passed its gate ({target.description}); "

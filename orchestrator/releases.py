@@ -64,8 +64,9 @@ CI_VARIABLES = (
 )
 _CI_VALUE_LIMIT = 200
 
-Outcome = Literal["deployed", "failed"]
-Status = Literal["deployed", "superseded", "failed"]
+# "uninstalled": `deployctl uninstall` removed the release's objects; the record says what it deleted.
+Outcome = Literal["deployed", "failed", "uninstalled"]
+Status = Literal["deployed", "superseded", "failed", "uninstalled"]
 
 
 class _Strict(pydantic.BaseModel):
@@ -117,6 +118,9 @@ class RecordBody(_Strict):
     # plan. Added after the first records were written: left out of record.json when None, so
     # the hash of every older record stays what it was.
     observed: list[dict[str, Any]] | None = None
+    # An uninstall's record: the objects it deleted, as "Kind/name" (their bytes are the record's
+    # manifests). Left out of record.json when None, like ``observed``, for the same reason.
+    deleted: list[str] | None = None
 
 
 class Record(RecordBody):
@@ -132,8 +136,9 @@ class Record(RecordBody):
     def body(self) -> dict[str, Any]:
         """The fields of ``record.json``: everything but the hash and the manifest bytes."""
         body = self.model_dump(include=set(RecordBody.model_fields))
-        if body["observed"] is None:
-            del body["observed"]
+        for optional in ("observed", "deleted"):
+            if body[optional] is None:
+                del body[optional]
         return body
 
     def record_json(self) -> bytes:
@@ -379,6 +384,7 @@ def append(
     rollback_of: int | None,
     model: ModelRef,
     observed: list[dict[str, Any]] | None = None,
+    deleted: list[str] | None = None,
     image: str,
     profile_hash: str,
     actor: dict[str, Any],
@@ -415,6 +421,8 @@ def append(
         }
         if observed is not None:
             body["observed"] = observed
+        if deleted is not None:
+            body["deleted"] = deleted
         try:
             record = record_from_body(body, hash=sha256(canonical_json(body)), manifests=manifests)
         except (TypeError, ValueError) as e:  # ValueError: pydantic's, or canonical_json's for NaN
@@ -456,7 +464,7 @@ def actor(kube_user: str, env: Mapping[str, str]) -> dict[str, Any]:
 
 def status_of(history: Sequence[Record]) -> dict[int, Status]:
     """Revision → status: the newest deployed record is ``deployed`` (live), older deployed ones are
-    ``superseded``, and failed ones stay ``failed``.
+    ``superseded``, failed ones stay ``failed`` and uninstall records are ``uninstalled``.
 
     ``deployed`` means "the newest revision that passed": when the newest record is failed and its
     automatic rollback failed too, the cluster may still run the failed revision's objects.
@@ -464,8 +472,8 @@ def status_of(history: Sequence[Record]) -> dict[int, Status]:
     current = live(history)
     statuses: dict[int, Status] = {}
     for record in history:
-        if record.outcome == "failed":
-            statuses[record.revision] = "failed"
+        if record.outcome in ("failed", "uninstalled"):
+            statuses[record.revision] = record.outcome
         else:
             statuses[record.revision] = "deployed" if record is current else "superseded"
     return statuses
@@ -478,8 +486,24 @@ def summaries(history: Sequence[Record]) -> list[dict[str, Any]]:
 
 
 def live(history: Sequence[Record]) -> Record | None:
-    """The newest record that was deployed and passed; the target of an automatic rollback."""
-    return next((r for r in reversed(history) if r.outcome == "deployed"), None)
+    """The newest record that was deployed and passed, the target of an automatic rollback; None
+    when an uninstall came after it (nothing is live, and a failed apply removes what it created)."""
+    for record in reversed(history):
+        if record.outcome == "deployed":
+            return record
+        if record.outcome == "uninstalled":
+            return None
+    return None
+
+
+def uninstalled(history: Sequence[Record]) -> Record | None:
+    """The uninstall record, when the release is uninstalled: no revision was deployed after it."""
+    for record in reversed(history):
+        if record.outcome == "deployed":
+            return None
+        if record.outcome == "uninstalled":
+            return record
+    return None
 
 
 def last_good_before(history: Sequence[Record], revision: int) -> Record | None:
@@ -512,8 +536,14 @@ def rollback_target(history: Sequence[Record]) -> Record | None:
     cluster may be running its bytes, so the target is the live record: restore the last good
     state. Otherwise the target is ``last_good_before`` the live record. Re-applying the live
     bytes is harmless (server-side apply is idempotent and the gate runs again), whereas going
-    one step further back than the engineer meant would not be.
+    one step further back than the engineer meant would not be. After an uninstall, the target
+    is the revision that was live when it ran.
     """
+    gone = uninstalled(history)
+    if gone is not None:
+        # Undo the uninstall: the revision that was live when it ran (as `helm rollback` after
+        # `helm uninstall --keep-history` goes back to the revision before the uninstalled one).
+        return next((r for r in reversed(history) if r.revision < gone.revision and r.outcome == "deployed"), None)
     current = live(history)
     if current is None:
         return None

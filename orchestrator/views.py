@@ -13,8 +13,8 @@ from typing import Any
 
 import yaml
 
-from orchestrator import applyset, audit, conventions, errors, planner, preflight, releases, render
-from orchestrator.kube import connect
+from orchestrator import applyset, audit, conventions, errors, planner, preflight, purge, releases, render
+from orchestrator.kube import Kube, connect
 from orchestrator.pipeline import Options
 from orchestrator.profile import Profile
 
@@ -23,7 +23,7 @@ def history(options: Options, name: str, namespace: str) -> list[dict[str, Any]]
     kube = connect(options.kubeconfig, options.context)
     records = releases.load_history(kube, name, namespace)
     if not records:
-        raise errors.UnknownRelease(conventions.no_records_message(name, namespace))
+        raise _no_records(kube, name, namespace)
     return releases.summaries(records)
 
 
@@ -31,8 +31,9 @@ def status(options: Options, name: str, namespace: str) -> dict[str, Any]:
     kube = connect(options.kubeconfig, options.context)
     records = releases.load_history(kube, name, namespace)
     if not records:
-        raise errors.UnknownRelease(conventions.no_records_message(name, namespace))
+        raise _no_records(kube, name, namespace)
     live = releases.live(records)
+    gone = releases.uninstalled(records)
     last_failed = next((r for r in reversed(records) if r.outcome == "failed"), None)
     deployment = kube.get("Deployment", name, namespace) or {}
     pods, _ = kube.list("Pod", namespace, labels=f"{conventions.RELEASE_LABEL}={name}")
@@ -77,7 +78,23 @@ def status(options: Options, name: str, namespace: str) -> dict[str, Any]:
         "planner": live.planner_check() if live else None,
         "last_failure": ({"revision": last_failed.revision, **(last_failed.failure or {})} if last_failed else None),
         "revisions": len(records),
+        # Set when `deployctl uninstall` removed the release and nothing was deployed since.
+        "uninstalled": {
+            "revision": gone.revision,
+            "timestamp": gone.timestamp,
+            "actor": gone.actor,
+            "deleted": gone.deleted or [],
+            "restorable": (target.revision if (target := releases.rollback_target(records)) else None),
+        }
+        if gone
+        else None,
     }
+
+
+def _no_records(kube: Kube, name: str, namespace: str) -> errors.UnknownRelease:
+    """No records: say so, and when they were purged, by whom and where they went."""
+    stones = purge.tombstones(kube, name, namespace)
+    return errors.UnknownRelease(purge.explained(conventions.no_records_message(name, namespace), stones, namespace))
 
 
 def _copy_counts(copies: list[dict[str, Any]], pods: list[dict[str, Any]]) -> dict[str, int]:
@@ -112,13 +129,26 @@ def planner_line(check: dict[str, Any]) -> str:
 def format_status(data: dict[str, Any]) -> str:
     from orchestrator import output
 
-    lines = [
-        f"release {data['release']} in {data['namespace']}: live revision {data['live_revision']} "
-        f"({data['live_description']}), {data['revisions']} revision{'s' if data['revisions'] != 1 else ''}",
-        f"image: {data['image']}",
-        f"{'copies' if any(p.get('copy') for p in data['pods']) else 'replicas'}: "
-        f"{data['replicas']['ready']}/{data['replicas']['desired']} ready",
-    ]
+    count = f"{data['revisions']} revision{'s' if data['revisions'] != 1 else ''}"
+    gone = data.get("uninstalled")
+    if gone:
+        restore = gone.get("restorable")
+        lines = [
+            f"release {data['release']} in {data['namespace']}: uninstalled at revision {gone['revision']} "
+            f"({gone['timestamp']} by {gone['actor'].get('user', '?')}, {len(gone['deleted'])} objects deleted), "
+            f"{count} kept",
+            f"`deployctl rollback {data['release']} -n {data['namespace']}` re-deploys revision {restore}"
+            if restore
+            else "no deployed revision to re-deploy; `deployctl apply PROFILE` installs it again",
+        ]
+    else:
+        lines = [
+            f"release {data['release']} in {data['namespace']}: live revision {data['live_revision']} "
+            f"({data['live_description']}), {count}",
+            f"image: {data['image']}",
+            f"{'copies' if any(p.get('copy') for p in data['pods']) else 'replicas'}: "
+            f"{data['replicas']['ready']}/{data['replicas']['desired']} ready",
+        ]
     pods = data["pods"]
     if any(p.get("copy") for p in pods):  # copies across nodes: every member, its copy and role
         lines.append(
@@ -204,7 +234,7 @@ def audit_export(options: Options, name: str, namespace: str) -> dict[str, Any]:
     kube = connect(options.kubeconfig, options.context)
     records = releases.load_history(kube, name, namespace)
     if not records:
-        raise errors.UnknownRelease(conventions.no_records_message(name, namespace))
+        raise _no_records(kube, name, namespace)
     return audit.export(records, release=name, namespace=namespace)
 
 
@@ -221,7 +251,7 @@ def audit_verify(
         kube = connect(options.kubeconfig, options.context)
         records = releases.load_history(kube, name, namespace)
         if not records:
-            raise errors.UnknownRelease(conventions.no_records_message(name, namespace))
+            raise _no_records(kube, name, namespace)
         problems = audit.verify(records, release=name, namespace=namespace)
         if against:
             doc = _read_export(against)

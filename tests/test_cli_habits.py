@@ -47,6 +47,7 @@ PRINTS_DATA = {
     "bench",
     "version",
     "schema",
+    "uninstall",
 }
 
 
