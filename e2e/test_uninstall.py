@@ -251,7 +251,11 @@ def test_deployctls_role_uninstalls_and_only_the_documented_purge_role_can_purge
 def purge_role(namespace: str, service_account: str) -> list[dict[str, Any]]:
     """The `deployctl-purge` Role exactly as docs/airgap.md shows it, bound to ``service_account``."""
     blocks = re.findall(r"```yaml\n(.*?)```", (DOCS / "airgap.md").read_text(), re.S)
-    role = next(doc for doc in map(yaml.safe_load, blocks) if doc["metadata"]["name"] == "deployctl-purge")
+    role = next(
+        doc
+        for doc in map(yaml.safe_load, blocks)
+        if doc.get("kind") == "Role" and doc["metadata"]["name"] == "deployctl-purge"
+    )
     role["metadata"]["namespace"] = namespace
     binding = {
         "apiVersion": "rbac.authorization.k8s.io/v1",

@@ -171,14 +171,14 @@ class Duration(click.ParamType[Any, Any]):
                 seconds = parse_duration(str(value))
             except ValueError as e:
                 self.fail(str(e), param, ctx)
-        # NaN and infinity pass through, as click's FloatRange let them: the library that takes the value
-        # names the option in its own message (bench.config_for).
+        # NaN would slip past every comparison below and reach a deadline's arithmetic; no wait here is
+        # meant to be endless either.
+        if seconds != seconds or abs(seconds) == float("inf"):
+            self.fail(f"{value!r} is not a finite duration; give e.g. 90s or 10m", param, ctx)
         if seconds < self.minimum or (self.maximum is not None and seconds > self.maximum):
             upper = f" and at most {_show(self.maximum)}" if self.maximum is not None else ""
             self.fail(f"{value!r} is {_show(seconds)}; give at least {_show(self.minimum)}{upper}", param, ctx)
         if self.integer:
-            if seconds != seconds or abs(seconds) == float("inf"):
-                self.fail(f"{value!r} is not a finite duration", param, ctx)
             return round(seconds)
         return seconds
 

@@ -50,7 +50,7 @@ NVLINK_LABEL_KEY = "deployctl.dev/nvlink"
 # The sections and helpers that live in their own modules, under the names callers and this file use.
 EngineSpec = profile_engine.EngineSpec
 _dns_label = profile_base.dns_label
-_no_reserved_labels = profile_base.no_reserved_labels
+_user_labels = profile_base.user_labels
 Loc = profile_errors.Loc
 
 
@@ -82,7 +82,7 @@ class Metadata(_Model):
     @pydantic.field_validator("labels")
     @classmethod
     def _labels(cls, v: dict[str, str]) -> dict[str, str]:
-        return _no_reserved_labels(v)
+        return _user_labels(v)
 
     @pydantic.field_validator("namespace")
     @classmethod
@@ -303,7 +303,7 @@ class PlacementSpec(_Model):
     @pydantic.field_validator("podLabels")
     @classmethod
     def _pod_labels(cls, v: dict[str, str]) -> dict[str, str]:
-        return _no_reserved_labels(v)
+        return _user_labels(v)
 
 
 class RolloutSpec(_Model):
@@ -459,6 +459,11 @@ class PodMonitorSpec(_Model):
         if not v or not _PROMETHEUS_DURATION.match(v):
             raise ValueError(f"{v!r} is not a Prometheus duration; write it as 30s, 1m or 1m30s")
         return v
+
+    @pydantic.field_validator("labels")
+    @classmethod
+    def _labels(cls, v: dict[str, str]) -> dict[str, str]:
+        return _user_labels(v)
 
 
 class MonitoringSpec(_Model):

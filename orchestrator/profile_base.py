@@ -33,7 +33,32 @@ def dns_label(value: str, what: str) -> str:
 RESERVED_LABEL_PREFIXES = ("app.kubernetes.io/", "deployctl.dev/")
 
 
-def no_reserved_labels(labels: dict[str, str]) -> dict[str, str]:
+# Kubernetes' label syntax (apimachinery validation): a name part of at most 63 characters,
+# optionally behind a DNS-subdomain prefix and "/"; a value of at most 63 such characters, or empty.
+_LABEL_PART = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
+_LABEL_PREFIX = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+
+
+def user_labels(labels: dict[str, str]) -> dict[str, str]:
+    """Labels a profile adds to objects: valid for the API server (refused here, not after the first
+    write) and none of the keys deployctl sets itself."""
+    for key, value in labels.items():
+        prefix, _, name = key.rpartition("/")
+        if (
+            not name
+            or len(name) > 63
+            or not _LABEL_PART.match(name)
+            or (prefix and (len(prefix) > 253 or not _LABEL_PREFIX.match(prefix)))
+        ):
+            raise ValueError(
+                f"{key!r} is not a valid label key: up to 63 letters, digits, '-', '_' or '.', starting and ending "
+                "with a letter or digit, optionally behind a DNS prefix and '/' (e.g. example.com/team)"
+            )
+        if len(value) > 63 or not _LABEL_PART.match(value):
+            raise ValueError(
+                f"{value!r} (label {key}) is not a valid label value: up to 63 letters, digits, '-', '_' or '.', "
+                "starting and ending with a letter or digit, or empty"
+            )
     taken = sorted(k for k in labels if k.startswith(RESERVED_LABEL_PREFIXES))
     if taken:
         raise ValueError(

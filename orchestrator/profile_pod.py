@@ -96,9 +96,13 @@ class KeyRef(profile_base.Model):
     @pydantic.field_validator("key")
     @classmethod
     def _key(cls, v: str) -> str:
-        if not _DATA_KEY.match(v):
-            raise ValueError(f"{v!r} is not a valid key: use letters, digits, '-', '_' and '.'")
-        return v
+        return _data_key(v)
+
+
+def _data_key(v: str) -> str:
+    if not _DATA_KEY.match(v):
+        raise ValueError(f"{v!r} is not a valid key: use letters, digits, '-', '_' and '.'")
+    return v
 
 
 class EnvValueFrom(profile_base.Model):
@@ -176,6 +180,11 @@ class KeyToPath(profile_base.Model):
     key: str = Field(description="The key of the ConfigMap or Secret.")
     path: str = Field(description="Relative file path the key is written to inside the volume.")
 
+    @pydantic.field_validator("key")
+    @classmethod
+    def _key(cls, v: str) -> str:
+        return _data_key(v)
+
     @pydantic.field_validator("path")
     @classmethod
     def _relative(cls, v: str) -> str:
@@ -192,6 +201,11 @@ class PvcVolumeSource(profile_base.Model):
     claimName: str = Field(description="Name of the PersistentVolumeClaim, in the release's namespace.")
     readOnly: bool = Field(default=False, description="Mount the claim read-only.")
 
+    @pydantic.field_validator("claimName")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        return _object_name(v, "PersistentVolumeClaim name")
+
 
 class ConfigMapVolumeSource(profile_base.Model):
     name: str = Field(description="Name of the ConfigMap; each key becomes a file.")
@@ -200,6 +214,11 @@ class ConfigMapVolumeSource(profile_base.Model):
     )
     optional: bool = Field(default=False, description="Start the pod even when the ConfigMap is missing.")
 
+    @pydantic.field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        return _object_name(v, "ConfigMap name")
+
 
 class SecretVolumeSource(profile_base.Model):
     secretName: str = Field(description="Name of the Secret; each key becomes a file.")
@@ -207,6 +226,11 @@ class SecretVolumeSource(profile_base.Model):
         default_factory=list, description="Only these keys, at these paths; empty: every key, named after it."
     )
     optional: bool = Field(default=False, description="Start the pod even when the Secret is missing.")
+
+    @pydantic.field_validator("secretName")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        return _object_name(v, "Secret name")
 
 
 class EmptyDirVolumeSource(profile_base.Model):

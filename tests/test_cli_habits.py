@@ -449,6 +449,16 @@ def test_a_duration_in_words_names_the_option_and_the_forms(command: list[str]) 
     assert "Traceback" not in result.output
 
 
+@pytest.mark.parametrize("value", ["nan", "inf", "-inf"])
+@pytest.mark.parametrize("command", [["apply", str(DEV)], ["uninstall", "llm"], ["bench", "--url", "http://x:1"]])
+def test_a_duration_that_is_not_finite_is_refused_before_anything_runs(command: list[str], value: str) -> None:
+    # NaN passes every comparison with a limit; left through, it reached uninstall's wait after the deletes.
+    result = run(*command, "--timeout", value)
+    assert result.exit_code == ExitCode.USAGE, result.output
+    assert "'--timeout'" in result.stderr and "is not a finite duration" in result.stderr
+    assert "Traceback" not in result.output
+
+
 # --- 5. a profile on standard input --------------------------------------------------------------------
 
 

@@ -59,12 +59,32 @@ def test_pod_monitor_scrapes_the_engines_metrics_path_on_the_serving_port(exampl
     assert monitor["spec"]["selector"]["matchLabels"].items() <= objects["Service"]["spec"]["selector"].items()
 
 
-def test_pod_monitor_labels_reach_prometheus_but_never_replace_ours() -> None:
-    labels = {"release": "kps", render.RELEASE_LABEL: "someone-else"}
-    prof = _with_monitoring(PROFILES / "prod-tp4.yaml", {**MONITORED, "labels": labels})
+def test_pod_monitor_labels_reach_prometheus_beside_ours() -> None:
+    prof = _with_monitoring(PROFILES / "prod-tp4.yaml", {**MONITORED, "labels": {"release": "kps"}})
     meta = _objects(prof)["PodMonitor"]["metadata"]
     assert meta["labels"]["release"] == "kps"
     assert meta["labels"][render.RELEASE_LABEL] == prof.metadata.name
+
+
+@pytest.mark.parametrize(
+    ("labels", "message"),
+    [
+        # The PodMonitor is applied last: a label the API server refuses would fail after the workload.
+        ({"release": "kube prom stack"}, "is not a valid label value"),
+        ({"team name": "x"}, "is not a valid label key"),
+        ({render.RELEASE_LABEL: "someone-else"}, "are set by deployctl"),
+    ],
+)
+def test_pod_monitor_labels_the_api_server_or_deployctl_would_refuse_are_refused_first(
+    tmp_path: pathlib.Path, labels: dict[str, str], message: str
+) -> None:
+    data = yaml.safe_load((PROFILES / "prod-tp4.yaml").read_text(encoding="utf-8"))
+    data["monitoring"] = {"podMonitor": {**MONITORED, "labels": labels}}
+    path = tmp_path / "p.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
+    result = click.testing.CliRunner().invoke(cli.main, ["validate", str(path)], prog_name="deployctl")
+    assert result.exit_code == errors.ExitCode.INVALID_PROFILE, result.output
+    assert "monitoring.podMonitor.labels" in result.stderr and message in result.stderr, result.stderr
 
 
 @pytest.mark.parametrize("pod_monitor", [None, {"enabled": False, "interval": "1m"}])

@@ -358,6 +358,27 @@ def test_every_name_deployctl_sets_in_the_container_is_refused_by_the_profile() 
             "the volumes' files) or remove fsGroupChangePolicy",
         ),
         ("  fsGroup: -1\n", "engine.fsGroup (line 15)", "greater than or equal to 0"),
+        # Names the API server requires: refused here, not after the workload's first objects are written.
+        (
+            "  volumes:\n  - {name: x, persistentVolumeClaim: {claimName: ''}}\n",
+            "engine.volumes.0.persistentVolumeClaim.claimName",
+            "'' is not a valid PersistentVolumeClaim name",
+        ),
+        (
+            "  volumes:\n  - {name: x, configMap: {name: Chat}}\n",
+            "engine.volumes.0.configMap.name",
+            "'Chat' is not a valid ConfigMap name",
+        ),
+        (
+            "  volumes:\n  - {name: x, secret: {secretName: ''}}\n",
+            "engine.volumes.0.secret.secretName",
+            "'' is not a valid Secret name",
+        ),
+        (
+            "  volumes:\n  - {name: x, configMap: {name: c, items: [{key: '', path: t}]}}\n",
+            "engine.volumes.0.configMap.items.0.key",
+            "'' is not a valid key",
+        ),
     ],
     ids=lambda v: v if isinstance(v, str) and "\n" not in v and v.startswith("engine.") else None,
 )
