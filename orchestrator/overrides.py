@@ -10,6 +10,7 @@ line of the file.
 from __future__ import annotations
 
 import dataclasses
+import json
 import re
 from collections.abc import Sequence
 from typing import Any
@@ -138,7 +139,11 @@ def _dotted(path: strictyaml.Path) -> str:
 def effective_text(data: dict[str, Any], source: str, changes: Sequence[str]) -> str:
     """The effective profile as YAML, headed by what changed it, for the release record: the text
     parses to exactly the profile that was deployed, and says why it differs from the file."""
-    header = [f"# {source}, as deployctl applied it:"] + [f"#   {change}" for change in changes]
+    # One comment line each, whatever the change holds: a newline in a value would end the comment
+    # and leave the rest of it as YAML (json.dumps escapes it; plain values print as typed).
+    shown = [json.dumps(change) if "\n" in change or "\r" in change else change for change in changes]
+    source_shown = json.dumps(source) if "\n" in source or "\r" in source else source
+    header = [f"# {source_shown}, as deployctl applied it:"] + [f"#   {change}" for change in shown]
     return (
         "\n".join(header) + "\n" + yaml.safe_dump(data, sort_keys=False, default_flow_style=False, allow_unicode=True)
     )

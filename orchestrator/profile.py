@@ -1,8 +1,9 @@
 """The InferenceProfile: its pydantic models and the strict loader that turns a file into one.
 
 Every field carries a description (unit, and why the default is what it is); the profile
-reference in docs/ and the Helm chart's values.schema.json are generated from these models,
-so this file is the single source of truth for what a profile may say.
+reference in docs/ and the profile's JSON Schema are generated from these models. The engine
+section lives in profile_engine, its pod-level parts in profile_pod, what they share in
+profile_base and the error messages in profile_errors; this module is the entry callers import.
 """
 
 from __future__ import annotations

@@ -584,6 +584,13 @@ def test_apply_records_the_effective_profile_with_its_overrides(fake_apply: Reco
     assert "--set engine.maxNumSeqs=16" in text and "--set rollout.replicas=2" in text
 
 
+def test_a_value_with_a_newline_keeps_the_recorded_profile_parseable(fake_apply: Recorder) -> None:
+    result = run("apply", str(DEV), "--set", "placement.podAnnotations.note='first line\nsecond line'")
+    assert result.exit_code == 0, result.output
+    prof, text, _ = fake_apply.calls[-1]
+    assert profile.loads(text).spec_hash() == prof.spec_hash()
+
+
 def test_gate_records_the_effective_profile_too(monkeypatch: pytest.MonkeyPatch) -> None:
     recorder = Recorder(deployed())
     monkeypatch.setattr(gitops, "gate", recorder)
