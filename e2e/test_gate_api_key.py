@@ -2,8 +2,9 @@
 
 The pods' port 8001 reaches a vLLM simulator started with ``--api-key`` (vLLM's middleware: /v1/*
 answers 401 without ``Authorization: Bearer KEY``, /health stays open). A profile naming a real
-Secret that holds the key passes the gate; a wrong key or a missing Secret is a gate Error (could
-not measure), never a Fail, and the revision is rolled back with a message naming the field.
+Secret that holds the key passes the gate; a wrong key is a gate Error (could not measure), never
+a Fail, and the revision is rolled back with a message naming the field. A Secret that is missing
+is refused before anything is written: found at gate time it would cost a whole model load.
 The key itself is in no record, export or output.
 """
 
@@ -92,13 +93,14 @@ def test_a_wrong_key_is_a_gate_error_naming_the_field_and_the_revision_is_rolled
     _assert_nowhere(key, result.stdout + result.stderr)
 
 
-def test_a_missing_secret_is_a_gate_error_that_says_so(env: ReleaseEnv, simulator: Callable[..., Any]) -> None:
+def test_a_missing_secret_is_refused_before_anything_is_written(env: ReleaseEnv, simulator: Callable[..., Any]) -> None:
     assert env.apply(profile(env.namespace)).code == 0
+    live = env.deployment().metadata.resource_version
     keyed = simulator(model="sim-model", api_key="sk-" + secrets.token_urlsafe(24))
     env.forward_8001(keyed.port)
     result = env.apply(_keyed_profile(env, key="token"))
-    assert result.code == 6, result.stdout + result.stderr
-    out = result.json
-    assert out["failure"]["class"] == "gate_error" and out["gate"]["verdict"] == "error"
-    assert "gate.apiKeySecret" in out["failure"]["message"] and "no such Secret" in out["failure"]["message"]
-    assert out["rolled_back_to"] == 1
+    assert result.code == 5, result.stdout + result.stderr  # refused, as a preflight refusal is
+    message = result.json["error"]
+    assert "gate.apiKeySecret" in message and "no such Secret" in message and "Nothing was changed" in message
+    assert [r["revision"] for r in env.history()] == [1]
+    assert env.deployment().metadata.resource_version == live

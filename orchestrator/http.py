@@ -16,7 +16,9 @@ no message built here quotes a request's headers, so it cannot leak into an erro
 
 Proxy variables from the environment are ignored (``trust_env=False``): the endpoint is an
 in-cluster or on-prem address, and a proxy in the path would both distort timings and send
-benchmark traffic somewhere it was never meant to go.
+benchmark traffic somewhere it was never meant to go. The CA variables are honoured on their own:
+an on-prem Ingress usually has a certificate from the company's CA, which ``SSL_CERT_FILE`` or
+``SSL_CERT_DIR`` (as OpenSSL, curl and Python read them) adds to the public roots.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
+import os
 import ssl
 import time
 from collections.abc import AsyncGenerator, Callable
@@ -147,6 +150,7 @@ class StreamClient:
             timeout=httpx.Timeout(connect=connect_timeout, read=read_timeout, write=read_timeout, pool=connect_timeout),
             transport=transport,
             trust_env=False,
+            verify=_tls(),
             headers=headers,
         )
 
@@ -285,5 +289,17 @@ def _sync_client(timeout: float, transport: httpx.BaseTransport | None) -> httpx
 @functools.cache
 def _tls() -> ssl.SSLContext:
     """One TLS context per process: httpx loads the CA bundle for every client otherwise (15-30 ms
-    each, two clients per health check)."""
-    return httpx.create_ssl_context(trust_env=False)
+    each, two clients per health check). The public roots, plus SSL_CERT_FILE / SSL_CERT_DIR."""
+    context = httpx.create_ssl_context(trust_env=False)
+    for variable, kind in (("SSL_CERT_FILE", "cafile"), ("SSL_CERT_DIR", "capath")):
+        where = os.environ.get(variable)
+        if not where:
+            continue
+        try:
+            context.load_verify_locations(**{kind: where})
+        except (OSError, ssl.SSLError) as e:
+            raise errors.EndpointError(
+                f"{variable}={where}: cannot load CA certificates from it ({e}); point it at a PEM file "
+                "(SSL_CERT_FILE) or a hashed directory (SSL_CERT_DIR) of your CA, or unset it"
+            ) from e
+    return context

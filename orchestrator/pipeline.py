@@ -23,6 +23,7 @@ from orchestrator import (
     engines,
     errors,
     gate,
+    gate_auth,
     group_rollout,
     planner,
     preflight,
@@ -68,6 +69,7 @@ def apply(profile: Profile, profile_text: str, options: Options, report: Reporte
         group_kind = check_group_engine(kube, profile)
         check_pod_monitor(kube, profile)
         applyset.check_access(kube, namespace, group_kind, pod_monitor=profile.monitoring.podMonitor.enabled)
+        check_api_key_secret(kube, profile)
         check, replaces_pods = _preflight(kube, profile, plan)
     for warning in check.warnings:
         report("preflight", f"warning: {warning}")
@@ -125,6 +127,17 @@ def check_group_engine(kube: Kube, profile: Profile) -> str | None:
     except errors.Forbidden:
         pass  # check_access names the missing permission
     return "RayCluster"
+
+
+def check_api_key_secret(kube: Kube, profile: Profile) -> None:
+    """Refuse before any write a profile whose gate cannot read its API key: found only at gate time,
+    it would cost a whole model load, and the rollback's own gate would fail the same way."""
+    if profile.gate.apiKeySecret is None:
+        return
+    try:
+        gate_auth.read(kube.get, profile.metadata.namespace, profile.gate.apiKeySecret)
+    except gate_auth.ApiKeyUnavailable as e:
+        raise errors.RolloutFailed(f"{e.message}. Nothing was changed") from None
 
 
 def check_pod_monitor(kube: Kube, profile: Profile) -> None:
