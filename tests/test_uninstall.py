@@ -2,7 +2,7 @@
 tombstone, the status after it, and the command line's refusals.
 
 The records are written through ``releases.append`` into the in-memory API server stand-in of
-tests/test_releases.py; the whole sequence against a real control plane is e2e/test_uninstall.py.
+tests/test_releases.py; the whole sequence against a real control plane is e2e/test_uninstall_cluster.py.
 """
 
 from __future__ import annotations
