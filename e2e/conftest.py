@@ -296,6 +296,7 @@ def controllers(env: deployhelpers.ReleaseEnv) -> Iterator[Callable[..., subproc
         started.append(proc)
         return proc
 
+    deployhelpers.wait_for_settled_namespaces(env.api)  # the controller's gate judges latency
     yield start
     if any(proc.poll() is None for proc in started):
         # Deleted while a controller still runs, the objects lose their finalizer and the namespace

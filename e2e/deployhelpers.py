@@ -7,6 +7,7 @@ on-call engineer runs it, so exit codes, output and signals are the real ones.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
@@ -238,3 +239,23 @@ def wait_until(done: Callable[[], bool], timeout: float, what: str) -> None:
         if time.monotonic() > deadline:
             raise TimeoutError(f"timed out after {timeout:.0f}s waiting for {what}")
         time.sleep(0.2)
+
+
+def wait_for_settled_namespaces(api: Any, timeout: float = 120) -> None:
+    """Wait until no earlier test's namespace is still being emptied, before a test that judges latency.
+
+    The namespace controller deletes a finished test's objects for seconds after the test; on 2
+    cores that churn (API server, etcd, controller-manager) measurably slows a port-forwarded
+    smoke benchmark. Tests that gate on timing start on a settled cluster; after ``timeout`` they
+    start anyway, since a slow deletion is not what they test.
+    """
+    import kubernetes
+
+    core = kubernetes.client.CoreV1Api(api)
+
+    def settled() -> bool:
+        listed = core.list_namespace(label_selector="deployctl.dev/e2e=true").items
+        return not any(ns.status.phase == "Terminating" for ns in listed)
+
+    with contextlib.suppress(TimeoutError):
+        wait_until(settled, timeout, "earlier tests' namespaces to be deleted")

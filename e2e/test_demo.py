@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import deployhelpers
 import kubernetes
 import localcluster
 import pytest
@@ -35,9 +36,12 @@ class DemoRun:
 
 
 @pytest.fixture(scope="module")
-def demo(cluster: localcluster.Cluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[DemoRun]:
+def demo(
+    cluster: localcluster.Cluster, api_client: kubernetes.client.ApiClient, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[DemoRun]:
     if cluster.state_dir is None:
         pytest.skip("the demo needs the local cluster (its simulators listen on this machine); E2E_KUBECONFIG is set")
+    deployhelpers.wait_for_settled_namespaces(api_client)  # its smoke gates judge latency
     directory = tmp_path_factory.mktemp("demo")
     env = {**os.environ, "E2E_CLUSTER_STATE_DIR": str(cluster.state_dir), "DEMO_DIR": str(directory)}
     env.pop("DEMO_KEEP_CLUSTER", None)

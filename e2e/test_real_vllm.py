@@ -23,6 +23,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import deployhelpers
 import kubernetes
 import kwoksim
 import localcluster
@@ -97,6 +98,7 @@ def real_env(
     )
     kwoksim.forward_ports(cluster, namespace, {8000: port})
     kwoksim.set_namespace_logs(cluster, namespace, log)
+    deployhelpers.wait_for_settled_namespaces(api_client)  # the gates here judge latency
     yield ReleaseEnv(cluster.kubeconfig, namespace, tmp_path, cluster, api_client, port)
     kubernetes.client.CoreV1Api(api_client).delete_persistent_volume(f"models-{namespace}"[:63])
 
@@ -108,6 +110,7 @@ def real_profile(
     smoke: dict[str, Any] | None = None,
     health_seconds: int = 60,
     placement: dict[str, Any] | None = None,
+    keyed: bool = True,
 ) -> dict[str, Any]:
     """A profile of the tiny model, planned from its own config.json, gated loosely enough for 2 cores."""
     doc = profile(namespace, tp=1, **({"placement": placement} if placement else {}))
@@ -130,7 +133,8 @@ def real_profile(
             "slo": {"p95_ttft_ms": "<=60000", "error_rate": "<=0"},
             **(smoke or {}),
         },
-        "apiKeySecret": {"name": KEY_SECRET},
+        # Where real_env made the Secret; apply reads it before writing anything.
+        **({"apiKeySecret": {"name": KEY_SECRET}} if keyed else {}),
     }
     return doc
 
@@ -234,6 +238,7 @@ def test_a_crash_loop_is_classified_from_vllms_real_error_output(
     crashing = real_profile(
         namespace,
         placement={"podAnnotations": {"sim.deployctl.dev/behavior": "crash-loop", "sim.deployctl.dev/backoff": "2s"}},
+        keyed=False,  # no server ever answers: the crash is classified before any gate
     )
     path = write_profile(tmp_path, crashing)
     result = deployctl(cluster.kubeconfig, "apply", str(path), "--output", "json", timeout=240)
