@@ -52,7 +52,7 @@ $(LOWEST)/.installed: pyproject.toml scripts/lowest_constraints.py
 	python3 -m venv $(LOWEST)
 	$(LOWEST)/bin/python -m pip install --quiet --upgrade pip 'tomli; python_version < "3.11"'
 	$(LOWEST)/bin/python scripts/lowest_constraints.py > $(LOWEST)/constraints.txt
-	$(LOWEST)/bin/python -m pip install --quiet -c $(LOWEST)/constraints.txt -e . pytest hypothesis cryptography setuptools wheel lupa
+	$(LOWEST)/bin/python -m pip install --quiet -c $(LOWEST)/constraints.txt -e . pytest hypothesis cryptography setuptools wheel lupa jsonschema
 	$(LOWEST)/bin/python -m pip check
 	@touch $@
 

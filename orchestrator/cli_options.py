@@ -20,7 +20,7 @@ import re
 import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar, cast
+from typing import TYPE_CHECKING, Any, TypeAlias, TypeVar, cast
 
 import click
 
@@ -150,7 +150,14 @@ def parse_duration(text: str) -> float:
     return sum(float(n) * _UNIT_SECONDS[u] for n, u in parts)
 
 
-class Duration(click.ParamType[Any, Any]):
+# click's ParamType is generic from 8.3; the lowest click deployctl supports (8.2) cannot subscript it.
+if TYPE_CHECKING:
+    _ParamType: TypeAlias = click.ParamType[Any, Any]
+else:
+    _ParamType = click.ParamType
+
+
+class Duration(_ParamType):
     """A click type for every timeout-like option, so ``--timeout 10m`` works wherever a wait is bounded."""
 
     name = "duration"
