@@ -113,6 +113,16 @@ def wait_for(done: Callable[[], bool], timeout: float, what: str, interval: floa
         time.sleep(interval)
 
 
+def exit_code(proc: subprocess.Popen[bytes], *, timeout: float, log: Path) -> int:
+    """``proc``'s exit code; past ``timeout`` it is killed and the test fails with its log."""
+    try:
+        return proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(timeout=10)
+        pytest.fail(f"{proc.args!r} still ran after {timeout:.0f} s; its log:\n{log.read_text(errors='replace')}")
+
+
 def log_has(log: Path, text: str) -> bool:
     return log.exists() and text in log.read_text(errors="replace")
 
