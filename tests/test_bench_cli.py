@@ -9,15 +9,14 @@ as a user runs it, through click's CliRunner.
 from __future__ import annotations
 
 import contextlib
-import http.server
 import json
 import pathlib
 import re
 import socket
-import threading
 from collections.abc import Iterator
 
 import click.testing
+import localserver
 import pytest
 from streamfakes import DONE_EVENT, ROLE_EVENT, token_event, usage_event
 
@@ -28,16 +27,16 @@ CHAT_PATH = "/v1/chat/completions"
 OUTPUT_TOKENS = 3
 
 
-class _VllmLike(http.server.BaseHTTPRequestHandler):
+class _VllmLike(localserver.QuietHandler):
     def do_POST(self) -> None:
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
         if self.path != CHAT_PATH:
-            self._json(404, {"detail": "Not Found"})
+            self.send_json(404, {"detail": "Not Found"})
             return
         model = body["model"]
         nonce = str(body["messages"][0]["content"]).split(" ", 1)[0]
         if model not in ("m", "flaky"):
-            self._json(
+            self.send_json(
                 404,
                 {
                     "object": "error",
@@ -48,7 +47,7 @@ class _VllmLike(http.server.BaseHTTPRequestHandler):
             )
             return
         if model == "flaky" and re.fullmatch(r"[0-9a-f]+-1", nonce):  # measured request number 1
-            self._json(500, {"object": "error", "message": "engine overloaded", "code": 500})
+            self.send_json(500, {"object": "error", "message": "engine overloaded", "code": 500})
             return
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream")
@@ -58,30 +57,12 @@ class _VllmLike(http.server.BaseHTTPRequestHandler):
             self.wfile.write(chunk)
             self.wfile.flush()
 
-    def _json(self, status: int, payload: object) -> None:
-        data = json.dumps(payload).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    def log_message(self, format: str, *args: object) -> None:
-        pass
-
 
 @pytest.fixture(scope="module")
 def server() -> Iterator[str]:
     """The base URL of a vLLM-like server on a free local port."""
-    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _VllmLike)
-    httpd.daemon_threads = True
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{httpd.server_address[1]}"
-    finally:
-        httpd.shutdown()
-        httpd.server_close()
+    with localserver.serve(_VllmLike) as url:
+        yield url
 
 
 @pytest.fixture

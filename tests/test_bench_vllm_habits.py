@@ -10,15 +10,14 @@ from __future__ import annotations
 
 import asyncio
 import datetime
-import http.server
 import json
 import pathlib
-import threading
 from collections.abc import Iterator
 from typing import Any
 
 import click.testing
 import httpx
+import localserver
 import pytest
 from streamfakes import DONE_EVENT, ROLE_EVENT, FakeClock, Script, event, token_event, usage_event
 
@@ -31,11 +30,11 @@ OUTPUT_TOKENS = 3
 SEEN: list[dict[str, Any]] = []
 
 
-class _KeyedVllm(http.server.BaseHTTPRequestHandler):
+class _KeyedVllm(localserver.QuietHandler):
     def _authorized(self) -> bool:
         if self.headers.get("Authorization") == f"Bearer {KEY}":
             return True
-        self._json(401, {"error": "Unauthorized"})  # vLLM's answer without the key
+        self.send_json(401, {"error": "Unauthorized"})  # vLLM's answer without the key
         return False
 
     def do_GET(self) -> None:
@@ -44,7 +43,7 @@ class _KeyedVllm(http.server.BaseHTTPRequestHandler):
             self.send_header("Content-Length", "0")
             self.end_headers()
         elif self._authorized():
-            self._json(200, {"object": "list", "data": [{"id": "org/served-model", "object": "model"}]})
+            self.send_json(200, {"object": "list", "data": [{"id": "org/served-model", "object": "model"}]})
 
     def do_POST(self) -> None:
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
@@ -63,28 +62,11 @@ class _KeyedVllm(http.server.BaseHTTPRequestHandler):
             self.wfile.write(chunk)
             self.wfile.flush()
 
-    def _json(self, status: int, payload: object) -> None:
-        data = json.dumps(payload).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    def log_message(self, format: str, *args: object) -> None:
-        pass
-
 
 @pytest.fixture(scope="module")
 def server() -> Iterator[str]:
-    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _KeyedVllm)
-    httpd.daemon_threads = True
-    threading.Thread(target=httpd.serve_forever, daemon=True).start()
-    try:
-        yield f"http://127.0.0.1:{httpd.server_address[1]}"
-    finally:
-        httpd.shutdown()
-        httpd.server_close()
+    with localserver.serve(_KeyedVllm) as url:
+        yield url
 
 
 def invoke(args: list[str], env: dict[str, str] | None = None) -> click.testing.Result:

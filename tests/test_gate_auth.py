@@ -8,13 +8,11 @@ key as ``vllm serve --api-key`` does.
 from __future__ import annotations
 
 import base64
-import http.server
-import json
 import pathlib
-import threading
 from collections.abc import Iterator
 from typing import Any
 
+import localserver
 import pytest
 
 from orchestrator import errors, gate_auth, health, render
@@ -129,32 +127,22 @@ def test_the_role_may_get_the_named_secret_only_and_nothing_else_of_secrets() ->
 # --- the health gate ---------------------------------------------------------------------------
 
 
-class _Keyed(http.server.BaseHTTPRequestHandler):
+class _Keyed(localserver.QuietHandler):
     def do_GET(self) -> None:
         if self.path == "/health":
-            status, body = 200, b""
+            self.send_response(200)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
         elif self.headers.get("Authorization") != f"Bearer {KEY}":
-            status, body = 401, json.dumps({"error": "Unauthorized"}).encode()
+            self.send_json(401, {"error": "Unauthorized"})
         else:
-            status, body = 200, json.dumps({"data": [{"id": "m"}]}).encode()
-        self.send_response(status)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, format: str, *args: object) -> None:
-        pass
+            self.send_json(200, {"data": [{"id": "m"}]})
 
 
 @pytest.fixture(scope="module")
 def keyed() -> Iterator[str]:
-    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Keyed)
-    threading.Thread(target=httpd.serve_forever, daemon=True).start()
-    try:
-        yield f"http://127.0.0.1:{httpd.server_address[1]}"
-    finally:
-        httpd.shutdown()
-        httpd.server_close()
+    with localserver.serve(_Keyed) as url:
+        yield url
 
 
 def test_the_health_gate_passes_with_the_servers_key(keyed: str) -> None:

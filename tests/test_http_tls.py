@@ -11,10 +11,9 @@ import datetime
 import ipaddress
 import pathlib
 import ssl
-import threading
 from collections.abc import Iterator
-from http import server as http_server
 
+import localserver
 import pytest
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
@@ -46,14 +45,11 @@ def _certificate(
     return builder.sign(signer, hashes.SHA256())
 
 
-class _Health(http_server.BaseHTTPRequestHandler):
+class _Health(localserver.QuietHandler):
     def do_GET(self) -> None:
         self.send_response(200)
         self.send_header("Content-Length", "0")
         self.end_headers()
-
-    def log_message(self, *args: object) -> None:
-        pass
 
 
 @pytest.fixture
@@ -68,16 +64,13 @@ def company_ca_server(tmp_path: pathlib.Path) -> Iterator[tuple[str, pathlib.Pat
         serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
     )
     chain.write_bytes(leaf.public_bytes(serialization.Encoding.PEM) + key_pem)
-    server = http_server.ThreadingHTTPServer(("127.0.0.1", 0), _Health)
     context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     context.load_cert_chain(chain)
-    server.socket = context.wrap_socket(server.socket, server_side=True)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
     http._tls.cache_clear()
     try:
-        yield f"https://127.0.0.1:{server.server_address[1]}", ca_pem
+        with localserver.serve(_Health, tls=context) as url:
+            yield url, ca_pem
     finally:
-        server.shutdown()
         http._tls.cache_clear()
 
 

@@ -10,12 +10,11 @@ A 429 (throttling, a new CRD's cache still filling) is sent again after the serv
 from __future__ import annotations
 
 import http.server
-import json
 import pathlib
-import threading
 from collections.abc import Iterator
 from typing import Any
 
+import localserver
 import pytest
 import yaml
 from kubernetes.client.exceptions import ApiException
@@ -176,41 +175,27 @@ class _ThrottlingServer(http.server.ThreadingHTTPServer):
         super().__init__(("127.0.0.1", 0), _ThrottlingHandler)
 
 
-class _ThrottlingHandler(http.server.BaseHTTPRequestHandler):
+class _ThrottlingHandler(localserver.QuietHandler):
     server: _ThrottlingServer
 
     def do_GET(self) -> None:
         self.server.requests += 1
-        throttled = self.server.requests <= self.server.throttled
-        body = json.dumps(
-            {"kind": "Status", "code": 429, "message": "storage is (re)initializing"}
-            if throttled
-            else {"kind": "PodList", "metadata": {"resourceVersion": "7"}, "items": []}
-        ).encode()
-        self.send_response(429 if throttled else 200)
-        if throttled:
-            self.send_header("Retry-After", "0")
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *args: Any) -> None:
-        pass
+        if self.server.requests <= self.server.throttled:
+            status = {"kind": "Status", "code": 429, "message": "storage is (re)initializing"}
+            self.send_json(429, status, headers={"Retry-After": "0"})
+        else:
+            self.send_json(200, {"kind": "PodList", "metadata": {"resourceVersion": "7"}, "items": []})
 
 
 @pytest.fixture
 def throttling_kube(tmp_path: pathlib.Path) -> Iterator[tuple[client.Kube, _ThrottlingServer]]:
     server = _ThrottlingServer(throttled=3)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    path = _kubeconfig(tmp_path)
-    doc = yaml.safe_load(path.read_text())
-    doc["clusters"][0]["cluster"] = {"server": f"http://127.0.0.1:{server.server_address[1]}"}
-    path.write_text(yaml.safe_dump(doc))
-    try:
+    with localserver.serve(server) as url:
+        path = _kubeconfig(tmp_path)
+        doc = yaml.safe_load(path.read_text())
+        doc["clusters"][0]["cluster"] = {"server": url}
+        path.write_text(yaml.safe_dump(doc))
         yield client.connect(str(path)), server
-    finally:
-        server.shutdown()
 
 
 def test_a_throttled_request_is_sent_again_after_the_servers_retry_after(
