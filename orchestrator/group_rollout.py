@@ -10,15 +10,13 @@ failure is the group's own: `group_incomplete`, a copy whose workers never joine
 from __future__ import annotations
 
 import dataclasses
-import queue
-import threading
 import time
 from collections.abc import Callable
 from typing import Any
 
 from orchestrator import conventions, errors
 from orchestrator.kube import Kube
-from orchestrator.rollout import Failure, PodJudge, RolloutResult, Watcher, pod_phase
+from orchestrator.rollout import Failure, PodJudge, RolloutResult, Watched, WatchedState, follow, pod_phase, store_event
 
 # A group object without any pod after this long: nobody reconciles it (KubeRay not running).
 ENGINE_STALL_SECONDS = 30.0
@@ -26,12 +24,9 @@ _SYNCED = frozenset({"RayCluster", "Pod"})
 
 
 @dataclasses.dataclass
-class _State:
+class _State(WatchedState):
     groups: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)
     pods: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)
-    synced: set[str] = dataclasses.field(default_factory=set)
-    disconnected_since: float | None = None
-    last_error: str = ""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -58,72 +53,29 @@ def watch_groups(
 
     ``new_pods`` of the result are the copies' leaders (the pods that serve), for the health gate.
     """
-    start = time.monotonic()
-    events: queue.Queue[tuple[str, str, dict[str, Any]]] = queue.Queue()
-    stop = threading.Event()
     selector = f"{conventions.RELEASE_LABEL}={name}"
-    watchers = [
-        Watcher(kube, "RayCluster", namespace, events, stop, labels=selector),
-        Watcher(kube, "Pod", namespace, events, stop, labels=selector),
-    ]
-    for w in watchers:
-        w.start()
-    state = _State()
-    judge = _GroupJudge(kube, namespace, watch, start)
-    last = ""
-    try:
-        while True:
-            if time.monotonic() - start > timeout:
-                waiting = judge.describe(state)
-                return judge.result(
-                    state, Failure("timeout", f"the copies of {name} were not ready within {int(timeout)}s: {waiting}")
-                )
-            try:
-                kind, etype, obj = events.get(timeout=1.0)
-                _update(state, kind, etype, obj)
-                while not events.empty():
-                    _update(state, *events.get_nowait())
-            except queue.Empty:
-                pass
-            if state.disconnected_since is not None and time.monotonic() - state.disconnected_since > unreachable_limit:
-                return judge.result(
-                    state,
-                    Failure(
-                        "api_unreachable",
-                        f"lost the Kubernetes API for {int(unreachable_limit)}s while watching the copies of {name}: "
-                        f"{state.last_error}. They may still come up; check `deployctl status {name}`",
-                    ),
-                )
-            if (reason := abort()) is not None:
-                return judge.result(state, Failure("lock_lost", reason))
-            if state.synced >= _SYNCED:
-                verdict = judge.evaluate(state)
-                if verdict is not None:
-                    return verdict
-            message = judge.describe(state)
-            if message != last:
-                progress(message)
-                last = message
-    finally:
-        stop.set()
+    return follow(
+        kube,
+        namespace,
+        [Watched("RayCluster", labels=selector), Watched("Pod", labels=selector)],
+        _State(),
+        _update,
+        _GroupJudge(kube, namespace, watch, time.monotonic()),
+        timeout=timeout,
+        timed_out=lambda waiting: f"the copies of {name} were not ready within {int(timeout)}s: {waiting}",
+        unreachable=lambda error: (
+            f"lost the Kubernetes API for {int(unreachable_limit)}s while watching the copies "
+            f"of {name}: {error}. They may still come up; check `deployctl status {name}`"
+        ),
+        progress=progress,
+        unreachable_limit=unreachable_limit,
+        abort=abort,
+    )
 
 
 def _update(state: _State, kind: str, etype: str, obj: dict[str, Any]) -> None:
-    if etype == "DISCONNECTED":
-        state.disconnected_since = state.disconnected_since or time.monotonic()
-        state.last_error = obj["message"]
-        return
-    state.disconnected_since = None
-    store = state.groups if kind == "RayCluster" else state.pods
-    if etype == "SYNC":
-        state.synced.add(kind)
-        store.clear()
-        for item in obj["items"]:
-            store[item["metadata"]["name"]] = item
-    elif etype == "DELETED":
-        store.pop(obj["metadata"]["name"], None)
-    else:
-        store[obj["metadata"]["name"]] = obj
+    if state.observe(kind, etype, obj):
+        store_event(state.groups if kind == "RayCluster" else state.pods, etype, obj)
 
 
 class _GroupJudge:
@@ -155,6 +107,8 @@ class _GroupJudge:
         )
 
     def evaluate(self, state: _State) -> RolloutResult | None:
+        if not state.synced >= _SYNCED:  # a copy missing from a partial view is not yet a failure
+            return None
         ready = 0
         for copy in self.watch.copies:
             failure = self._copy_failure(state, copy)

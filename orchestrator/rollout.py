@@ -15,7 +15,7 @@ import re
 import threading
 import time
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 from orchestrator import conventions, engines, errors
 from orchestrator.kube import Kube
@@ -76,14 +76,68 @@ class RolloutResult:
 
 
 @dataclasses.dataclass
-class _State:
+class WatchedState:
+    """What every watch loop keeps besides the objects: whether the API is reachable, and which
+    kinds have been listed at least once (a verdict needs them)."""
+
+    disconnected_since: float | None = None
+    last_error: str = ""
+    synced: set[str] = dataclasses.field(default_factory=set)
+
+    def observe(self, kind: str, etype: str, obj: dict[str, Any]) -> bool:
+        """Note one event from a Watcher; False when it carries no object to store (DISCONNECTED)."""
+        if etype == "DISCONNECTED":
+            if self.disconnected_since is None:
+                self.disconnected_since = time.monotonic()
+            self.last_error = obj["message"]
+            return False
+        self.disconnected_since = None
+        if etype == "SYNC":
+            self.synced.add(kind)
+        return True
+
+
+def store_event(store: dict[str, dict[str, Any]], etype: str, obj: dict[str, Any]) -> None:
+    """Apply one SYNC (the whole list), DELETED or other event to ``store``, keyed by name."""
+    if etype == "SYNC":
+        store.clear()
+        for item in obj["items"]:
+            store[item["metadata"]["name"]] = item
+    elif etype == "DELETED":
+        store.pop(obj["metadata"]["name"], None)
+    else:
+        store[obj["metadata"]["name"]] = obj
+
+
+@dataclasses.dataclass
+class _State(WatchedState):
     deployment: dict[str, Any] | None = None
     replicasets: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)
     pods: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)
     events: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)
-    disconnected_since: float | None = None
-    last_error: str = ""
-    synced: set[str] = dataclasses.field(default_factory=set)  # kinds listed at least once
+
+
+StateT = TypeVar("StateT", bound=WatchedState)
+_JudgedState = TypeVar("_JudgedState", bound=WatchedState, contravariant=True)
+
+
+class Judge(Protocol[_JudgedState]):
+    """Turns a watch loop's state into a verdict (None: not yet) and a progress message."""
+
+    def evaluate(self, state: _JudgedState) -> RolloutResult | None: ...
+
+    def result(self, state: _JudgedState, failure: Failure | None) -> RolloutResult: ...
+
+    def describe(self, state: _JudgedState) -> str: ...
+
+
+@dataclasses.dataclass(frozen=True)
+class Watched:
+    """One kind a watch loop follows, narrowed by label or field selector."""
+
+    kind: str
+    labels: str | None = None
+    fields: str | None = None
 
 
 def classify_log(text: str, engine: str = engines.DEFAULT_KIND) -> tuple[str, str] | None:
@@ -161,56 +215,80 @@ def watch_rollout(
     ``abort`` is asked about once a second; a reason it returns (the release lock was lost) ends
     the watch as failure class ``lock_lost``. ``engine`` says whose crash lines to read.
     """
+    selector = f"{RELEASE_LABEL}={name}"
+    return follow(
+        kube,
+        namespace,
+        [
+            Watched("Deployment", fields=f"metadata.name={name}"),
+            Watched("ReplicaSet", labels=selector),
+            Watched("Pod", labels=selector),
+            Watched("Event"),
+        ],
+        _State(),
+        _update,
+        _Judge(kube, namespace, name, time.monotonic(), engine),
+        timeout=timeout,
+        timed_out=lambda waiting: (
+            f"the rollout of {name} did not finish within {int(timeout)}s: " + (waiting or "no progress was reported")
+        ),
+        unreachable=lambda error: (
+            f"lost the Kubernetes API for {int(unreachable_limit)}s while watching the "
+            f"rollout: {error}. The rollout may still finish; check `deployctl status {name}`"
+        ),
+        progress=progress,
+        unreachable_limit=unreachable_limit,
+        abort=abort,
+    )
+
+
+def follow(
+    kube: Kube,
+    namespace: str,
+    kinds: list[Watched],
+    state: StateT,
+    update: Callable[[StateT, str, str, dict[str, Any]], None],
+    judge: Judge[StateT],
+    *,
+    timeout: float,
+    timed_out: Callable[[str], str],
+    unreachable: Callable[[str], str],
+    progress: Callable[[str], None],
+    unreachable_limit: float,
+    abort: Callable[[], str | None],
+) -> RolloutResult:
+    """The loop every rollout watch runs: one Watcher thread per kind feeds ``update``; after each
+    burst of events, and once a second for the time-based rules, ``judge`` is asked for a verdict.
+
+    It ends with the judge's verdict, or with class ``timeout`` after ``timeout`` seconds,
+    ``api_unreachable`` after ``unreachable_limit`` seconds without the API, or ``lock_lost``
+    when ``abort`` gives a reason. The messages of the first two are ``timed_out`` (given what
+    is still awaited) and ``unreachable`` (given the last transport error).
+    """
     start = time.monotonic()
     events: queue.Queue[tuple[str, str, dict[str, Any]]] = queue.Queue()
     stop = threading.Event()
-    selector = f"{RELEASE_LABEL}={name}"
-    watchers = [
-        Watcher(kube, "Deployment", namespace, events, stop, fields=f"metadata.name={name}"),
-        Watcher(kube, "ReplicaSet", namespace, events, stop, labels=selector),
-        Watcher(kube, "Pod", namespace, events, stop, labels=selector),
-        Watcher(kube, "Event", namespace, events, stop),
-    ]
-    for w in watchers:
-        w.start()
-    state = _State()
-    judge = _Judge(kube, namespace, name, start, engine)
+    for watched in kinds:
+        Watcher(kube, watched.kind, namespace, events, stop, labels=watched.labels, fields=watched.fields).start()
     last_progress = ""
     try:
         while True:
-            elapsed = time.monotonic() - start
-            if elapsed > timeout:
-                return judge.result(
-                    state,
-                    Failure(
-                        "timeout",
-                        f"the rollout of {name} did not finish within {int(timeout)}s: "
-                        + (judge.describe_waiting(state) or "no progress was reported"),
-                    ),
-                )
+            if time.monotonic() - start > timeout:
+                return judge.result(state, Failure("timeout", timed_out(judge.describe(state))))
             try:
-                kind, etype, obj = events.get(timeout=1.0)
-                _update(state, kind, etype, obj)
+                update(state, *events.get(timeout=1.0))
                 while not events.empty():  # apply everything pending before judging
-                    kind, etype, obj = events.get_nowait()
-                    _update(state, kind, etype, obj)
+                    update(state, *events.get_nowait())
             except queue.Empty:
                 pass
             if state.disconnected_since is not None and time.monotonic() - state.disconnected_since > unreachable_limit:
-                return judge.result(
-                    state,
-                    Failure(
-                        "api_unreachable",
-                        f"lost the Kubernetes API for {int(unreachable_limit)}s while watching the rollout: "
-                        f"{state.last_error}. The rollout may still finish; check `deployctl status {name}`",
-                    ),
-                )
+                return judge.result(state, Failure("api_unreachable", unreachable(state.last_error)))
             if (reason := abort()) is not None:
                 return judge.result(state, Failure("lock_lost", reason))
             verdict = judge.evaluate(state)
             if verdict is not None:
                 return verdict
-            message = judge.describe_waiting(state)
+            message = judge.describe(state)
             if message and message != last_progress:
                 progress(message)
                 last_progress = message
@@ -219,30 +297,15 @@ def watch_rollout(
 
 
 def _update(state: _State, kind: str, etype: str, obj: dict[str, Any]) -> None:
-    if etype == "DISCONNECTED":
-        if state.disconnected_since is None:
-            state.disconnected_since = time.monotonic()
-        state.last_error = obj["message"]
+    if not state.observe(kind, etype, obj):
         return
-    state.disconnected_since = None
-    if etype == "SYNC":
-        state.synced.add(kind)
-    store: dict[str, dict[str, Any]]
     if kind == "Deployment":
         if etype == "SYNC":
             state.deployment = obj["items"][0] if obj["items"] else None
         else:
             state.deployment = None if etype == "DELETED" else obj
         return
-    store = {"ReplicaSet": state.replicasets, "Pod": state.pods, "Event": state.events}[kind]
-    if etype == "SYNC":
-        store.clear()
-        for item in obj["items"]:
-            store[item["metadata"]["name"]] = item
-    elif etype == "DELETED":
-        store.pop(obj["metadata"]["name"], None)
-    else:
-        store[obj["metadata"]["name"]] = obj
+    store_event({"ReplicaSet": state.replicasets, "Pod": state.pods, "Event": state.events}[kind], etype, obj)
 
 
 class PodJudge:
@@ -386,14 +449,16 @@ class _Judge:
                     ),
                 )
             return None
-        for cond in status.get("conditions") or []:
+        # The Deployment's conditions, then its new ReplicaSet's (where admission refusals show first).
+        rs = self.new_replicaset(state) or {}
+        for cond in [*(status.get("conditions") or []), *((rs.get("status") or {}).get("conditions") or [])]:
             if cond.get("type") == "Progressing" and cond.get("reason") == "ProgressDeadlineExceeded":
                 return self.result(
                     state,
                     Failure(
                         "progress_deadline",
                         f"Deployment {self.name} exceeded its progress deadline: {cond.get('message', '')}. "
-                        + (self.describe_waiting(state) or ""),
+                        + (self.describe(state) or ""),
                     ),
                 )
             if cond.get("type") == "ReplicaFailure" and cond.get("status") == "True":
@@ -406,19 +471,6 @@ class _Judge:
                         "(Pod Security, quota, admission webhooks)",
                     ),
                 )
-        rs = self.new_replicaset(state)
-        if rs is not None:
-            for cond in (rs.get("status") or {}).get("conditions") or []:
-                if cond.get("type") == "ReplicaFailure" and cond.get("status") == "True":
-                    return self.result(
-                        state,
-                        Failure(
-                            "replica_failure",
-                            f"the cluster refused to create pods for {self.name}: "
-                            f"{errors.shorten(cond.get('message', ''), 300)}. Fix the policy or the profile "
-                            "(Pod Security, quota, admission webhooks)",
-                        ),
-                    )
         for pod in self.new_pods(state):
             failure = self.pods.failure(pod, state.pods.values())
             if failure is not None:
@@ -432,7 +484,7 @@ class _Judge:
         )
         return self.result(state, None) if done else None
 
-    def describe_waiting(self, state: _State) -> str:
+    def describe(self, state: _State) -> str:
         dep = state.deployment
         if dep is None:
             return "waiting for the Deployment to appear"
