@@ -143,7 +143,12 @@ def simulator(tmp_path: Path) -> Iterator[Callable[..., Simulator]]:
     """
     running: list[subprocess.Popen[bytes]] = []
 
-    def start(model: str = "sim-model", ttft_ms: float = 20, itl_ms: float = 5, **flags: object) -> Simulator:
+    def start(
+        model: str = "sim-model",
+        ttft_ms: float = deployhelpers.GOOD_TTFT_MS,
+        itl_ms: float = deployhelpers.GOOD_ITL_MS,
+        **flags: object,
+    ) -> Simulator:
         port = deployhelpers.free_port()
         log = tmp_path / f"sim-{port}.log"
         argv = [
@@ -213,9 +218,9 @@ def env(
     tmp_path: Path,
 ) -> Iterator[deployhelpers.ReleaseEnv]:
     """The test's namespace with a bound `models` claim and pod port 8000 forwarded to a healthy
-    simulator (20 ms TTFT, 5 ms ITL), as deployhelpers.profile() expects."""
-    kubernetes.utils.create_from_yaml(api_client, yaml_objects=deployhelpers.models_volume(namespace))
-    good = simulator(model=deployhelpers.MODEL, ttft_ms=20, itl_ms=5)
+    simulator (deployhelpers.GOOD_TTFT_MS, GOOD_ITL_MS), as deployhelpers.profile() expects."""
+    deployhelpers.create_models_volume(api_client, namespace)
+    good = simulator(model=deployhelpers.MODEL)
     kwoksim.forward_ports(cluster, namespace, {8000: good.port})
     yield deployhelpers.ReleaseEnv(cluster.kubeconfig, namespace, tmp_path, cluster, api_client, good.port)
     kubernetes.client.CoreV1Api(api_client).delete_persistent_volume(f"models-{namespace}"[:63])

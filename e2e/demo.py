@@ -53,7 +53,7 @@ import kubernetes  # noqa: E402
 import kwoksim  # noqa: E402
 import localcluster  # noqa: E402
 import server as realvllm  # noqa: E402 (e2e/realvllm: the real vLLM tier, when `make vllm` installed it)
-from deployhelpers import exists, free_port, models_volume  # noqa: E402
+from deployhelpers import create_models_volume, exists, free_port, models_volume  # noqa: E402
 
 DEPLOYCTL = Path(sys.executable).parent / "deployctl"
 SIM = E2E / "sim"
@@ -360,7 +360,7 @@ def prepare_namespace(api: kubernetes.client.ApiClient, cluster: localcluster.Cl
         60,
         f"the default ServiceAccount of {NAMESPACE}",
     )
-    kubernetes.utils.create_from_yaml(api, yaml_objects=models_volume(NAMESPACE))
+    create_models_volume(api, NAMESPACE)
     kwoksim.forward_ports(cluster, NAMESPACE, ports)
 
 

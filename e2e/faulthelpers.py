@@ -36,7 +36,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.hazmat.primitives.asymmetric.utils import decode_dss_signature
 from cryptography.x509.oid import NameOID
-from deployhelpers import Result, deployctl, models_volume, start_deployctl, write_profile
+from deployhelpers import Result, create_models_volume, deployctl, start_deployctl, write_profile
 
 LOCK_TTL = "5"  # seconds: a killed apply's lock can be taken over this soon
 RECORD_SELECTOR = "deployctl.dev/release-record=true"
@@ -92,8 +92,8 @@ def deploy_env(
     tmp: Path,
 ) -> Iterator[Env]:
     """The test's namespace, ready for `deployctl apply` of deployhelpers.profile()."""
-    kubernetes.utils.create_from_yaml(api, yaml_objects=models_volume(namespace))
-    good = simulator(model="sim-model", ttft_ms=20, itl_ms=5)
+    create_models_volume(api, namespace)
+    good = simulator(model="sim-model")
     kwoksim.forward_ports(cluster, namespace, {8000: good.port})
     try:
         yield Env(cluster.kubeconfig, namespace, tmp, cluster, api, simulator)

@@ -28,7 +28,7 @@ GPU 0 has a total capacity of 79.15 GiB of which 1.02 GiB is free.
 
 def _bad_port(env: ReleaseEnv, simulator: Callable[..., Any], **sim_flags: Any) -> None:
     """Pod port 8001 reaches a simulator configured by ``sim_flags``; 8000 stays healthy."""
-    bad = simulator(model="sim-model", **{"ttft_ms": 20, "itl_ms": 5, **sim_flags})
+    bad = simulator(model="sim-model", **sim_flags)
     env.forward_8001(bad.port)
 
 

@@ -22,7 +22,7 @@ import kwoksim
 import localcluster
 import pytest
 import yaml
-from deployhelpers import ReleaseEnv, models_volume
+from deployhelpers import ReleaseEnv, create_models_volume
 
 from orchestrator import engines
 
@@ -54,7 +54,7 @@ def engine_env(
     api_client: kubernetes.client.ApiClient,
     tmp_path: pathlib.Path,
 ) -> ReleaseEnv:
-    kubernetes.utils.create_from_yaml(api_client, yaml_objects=models_volume(namespace))
+    create_models_volume(api_client, namespace)
     return ReleaseEnv(cluster.kubeconfig, namespace, tmp_path, cluster, api_client, 0)
 
 

@@ -132,7 +132,7 @@ def test_apply_killed_at_any_step_is_locked_until_expiry_then_a_rerun_converges(
     assert f"pid-{proc.pid}/" in locked.json["error"] and "expires at" in locked.json["error"]
 
     if phase == "mid_smoke":  # the re-run need not wait for the slow server
-        env.forward({8000: env.simulator(model="sim-model", ttft_ms=20, itl_ms=5).port})
+        env.forward({8000: env.simulator(model="sim-model").port})
     faulthelpers.wait_until_lease_expires(env.api, env.namespace)
     rerun = env.apply(path)
     assert rerun.code == 0, rerun.stdout + rerun.stderr

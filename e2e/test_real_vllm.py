@@ -29,7 +29,7 @@ import kwoksim
 import localcluster
 import pytest
 import server as realvllm  # e2e/realvllm, put on the path by conftest: stdlib only, runs in any venv
-from deployhelpers import ReleaseEnv, deployctl, models_volume, profile, write_profile
+from deployhelpers import ReleaseEnv, create_models_volume, deployctl, profile, write_profile
 
 pytestmark = pytest.mark.skipif(
     not realvllm.available() and os.environ.get("DEPLOYCTL_REAL_VLLM") != "required",
@@ -92,7 +92,7 @@ def real_env(
 ) -> Iterator[ReleaseEnv]:
     """The test's namespace with pod port 8000 forwarded to the live vLLM and its log as the pods' log."""
     port, log = real_vllm
-    kubernetes.utils.create_from_yaml(api_client, yaml_objects=models_volume(namespace))
+    create_models_volume(api_client, namespace)
     kubernetes.client.CoreV1Api(api_client).create_namespaced_secret(
         namespace, {"metadata": {"name": KEY_SECRET}, "stringData": {"api-key": API_KEY}}
     )
@@ -233,7 +233,7 @@ def test_a_crash_loop_is_classified_from_vllms_real_error_output(
 ) -> None:
     log = tmp_path / "vllm-stderr.log"
     log.write_text(crash_logs[cause])
-    kubernetes.utils.create_from_yaml(api_client, yaml_objects=models_volume(namespace))
+    create_models_volume(api_client, namespace)
     kwoksim.set_namespace_logs(cluster, namespace, log)
     crashing = real_profile(
         namespace,

@@ -164,7 +164,7 @@ def test_secret_values_the_profile_references_never_reach_records_exports_or_out
     core.create_namespaced_secret(
         env.namespace, {"metadata": {"name": "vllm-api-key"}, "stringData": {"api-key": planted}}
     )
-    keyed = env.simulator(model="sim-model", ttft_ms=20, itl_ms=5, api_key=planted)
+    keyed = env.simulator(model="sim-model", api_key=planted)
     env.forward({8000: keyed.port})
     api_key_secret = {"apiKeySecret": {"name": "vllm-api-key"}}
     docker = {"auths": {"registry.internal": {"auth": base64.b64encode(f"ci:{planted}".encode()).decode()}}}

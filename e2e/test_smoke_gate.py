@@ -19,11 +19,10 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from deployhelpers import DEPLOYCTL, ReleaseEnv, profile, write_profile
+from deployhelpers import DEPLOYCTL, GOOD_ITL_MS, ReleaseEnv, profile, write_profile
 
 pytestmark = pytest.mark.kwok
 
-GOOD_ITL_MS = 5  # the healthy simulator of the env fixture: 20 ms TTFT, 5 ms ITL
 SLO_P95_TTFT_MS = 500  # deployhelpers.profile's SLO: p95_ttft_ms <=500, median_tpot_ms <=50
 
 

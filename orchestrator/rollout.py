@@ -525,6 +525,14 @@ def _explain_unschedulable(pod: str, message: str) -> str:
         hints.append("no node matches the GPU product / NVLink / nodeSelector labels")
     if "taint" in message:
         hints.append("a node taint is not tolerated (placement.tolerations)")
+    if "PersistentVolumeClaim" in message or "persistentvolumeclaim" in message:
+        # The scheduler places no pod whose claim is missing or not yet bound to a volume.
+        return (
+            f"pod {pod} cannot be scheduled: a PersistentVolumeClaim it mounts (model.source.pvc, or a "
+            f"volume in engine.volumes) is missing or not bound. Scheduler: {errors.shorten(message, 300)}. "
+            "Check `kubectl get pvc` in the release's namespace: the claim must exist and be Bound "
+            "(its StorageClass provisions or binds it) before the deploy"
+        )
     why = "; ".join(hints) or "see the scheduler's message"
     return (
         f"pod {pod} cannot be scheduled: {why}. Scheduler: {errors.shorten(message, 300)}. "

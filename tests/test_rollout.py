@@ -76,3 +76,27 @@ def test_the_event_list_is_not_waited_for() -> None:
 def test_health_gate_with_no_pods_to_check_fails_instead_of_passing_vacuously() -> None:
     report = health.wait_healthy({}, "m", timeout=5)
     assert not report.ok and "no new pods" in report.explain()
+
+
+def _unschedulable_pod(message: str) -> dict[str, Any]:
+    pod = _pod()
+    pod["spec"] = {}
+    pod["status"] = {
+        "phase": "Pending",
+        "conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": message}],
+    }
+    return pod
+
+
+def test_a_pod_waiting_for_its_claim_is_explained_as_the_claim_not_as_gpus(monkeypatch: Any) -> None:
+    monkeypatch.setattr(rollout, "UNSCHEDULABLE_GRACE_SECONDS", 0.0)
+    judge = rollout.PodJudge(kube=None, namespace="ns")  # type: ignore[arg-type]
+    # The kube-scheduler's words for a claim not yet bound (v1.37 VolumeBinding plugin).
+    pod = _unschedulable_pod("0/9 nodes are available: pod has unbound immediate PersistentVolumeClaims.")
+    failure = judge.failure(pod, [pod])
+    assert failure is not None and failure.cls == "unschedulable"
+    assert "PersistentVolumeClaim it mounts" in failure.message and "kubectl get pvc" in failure.message
+    assert "Free GPUs" not in failure.message
+    gpus = _unschedulable_pod("0/9 nodes are available: 9 Insufficient nvidia.com/gpu.")
+    failure = judge.failure(gpus, [gpus])
+    assert failure is not None and "not enough free nvidia.com/gpu" in failure.message and "pvc" not in failure.message
