@@ -193,11 +193,11 @@ def create_models_volume(api: Any, namespace: str, timeout: float = 60) -> None:
 
     kubernetes.utils.create_from_yaml(api, yaml_objects=models_volume(namespace))
     core = kubernetes.client.CoreV1Api(api)
-    deadline = time.monotonic() + timeout
-    while core.read_namespaced_persistent_volume_claim("models", namespace).status.phase != "Bound":
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"claim {namespace}/models was not Bound within {timeout:g}s")
-        time.sleep(0.1)
+    wait_until(
+        lambda: core.read_namespaced_persistent_volume_claim("models", namespace).status.phase == "Bound",
+        timeout,
+        f"claim {namespace}/models to be Bound",
+    )
 
 
 @dataclass

@@ -518,14 +518,7 @@ def pod_phase(pod: dict[str, Any]) -> str:
 
 
 def _explain_unschedulable(pod: str, message: str) -> str:
-    hints = []
-    if "nvidia.com/gpu" in message:
-        hints.append("not enough free nvidia.com/gpu on any eligible node (other workloads hold them)")
-    if "node affinity" in message or "selector" in message:
-        hints.append("no node matches the GPU product / NVLink / nodeSelector labels")
-    if "taint" in message:
-        hints.append("a node taint is not tolerated (placement.tolerations)")
-    if "PersistentVolumeClaim" in message or "persistentvolumeclaim" in message:
+    if "persistentvolumeclaim" in message.lower():
         # The scheduler places no pod whose claim is missing or not yet bound to a volume.
         return (
             f"pod {pod} cannot be scheduled: a PersistentVolumeClaim it mounts (model.source.pvc, or a "
@@ -533,6 +526,13 @@ def _explain_unschedulable(pod: str, message: str) -> str:
             "Check `kubectl get pvc` in the release's namespace: the claim must exist and be Bound "
             "(its StorageClass provisions or binds it) before the deploy"
         )
+    hints = []
+    if "nvidia.com/gpu" in message:
+        hints.append("not enough free nvidia.com/gpu on any eligible node (other workloads hold them)")
+    if "node affinity" in message or "selector" in message:
+        hints.append("no node matches the GPU product / NVLink / nodeSelector labels")
+    if "taint" in message:
+        hints.append("a node taint is not tolerated (placement.tolerations)")
     why = "; ".join(hints) or "see the scheduler's message"
     return (
         f"pod {pod} cannot be scheduled: {why}. Scheduler: {errors.shorten(message, 300)}. "
