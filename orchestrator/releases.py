@@ -45,6 +45,12 @@ ANNOTATION_HASH = conventions.RECORD_HASH_ANNOTATION
 RECORD_KEY = "record.json"
 MANIFESTS_KEY = "manifests.yaml.gz"
 
+# The record format this CLI writes, and every format it reads. Format 1 is deployctl 0.1.0's
+# record, which names no format; each later format names itself in record.json. docs/upgrading.md
+# has the table of which deployctl reads which format.
+RECORD_FORMAT = 2
+RECORD_FORMATS_READ = (1, 2)
+
 # A lock (Lease) serialises writers of one release, so a lost race is rare; a few retries cover
 # a writer that bypassed the lock without spinning forever against a broken store.
 APPEND_ATTEMPTS = 5

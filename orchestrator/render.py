@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import importlib.resources
-import importlib.util
 import json
 import math
 import pathlib
@@ -514,13 +512,9 @@ _NOT_YAML_PRINTABLE = re.compile("[\x7f-\x84\x86-\x9f\ud800-\udfff\ufffe\uffff]"
 
 
 def _templates_dir() -> pathlib.Path:
-    # In a source checkout the templates sit beside orchestrator/ in manifests/; installed, they are
-    # the package orchestrator.manifests. The checkout's own come first: an editable install made
-    # from another checkout (a git worktree sharing a venv) maps the package to that one's files.
-    beside = pathlib.Path(__file__).resolve().parent.parent / "manifests"
-    if (beside / _RBAC_TEMPLATE).is_file() or importlib.util.find_spec("orchestrator.manifests") is None:
-        return beside
-    return pathlib.Path(str(importlib.resources.files("orchestrator.manifests")))
+    # The templates are the package orchestrator.manifests, in a checkout and installed alike (the
+    # top-level manifests/ of the repo is a link to them).
+    return pathlib.Path(__file__).resolve().parent / "manifests"
 
 
 # --- output ----------------------------------------------------------------------------------------

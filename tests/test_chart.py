@@ -17,6 +17,7 @@ import pytest
 import yaml
 from pydantic import BaseModel
 
+import orchestrator
 from orchestrator import chart_values, cli, planner, profile, render
 
 
@@ -115,11 +116,12 @@ def test_every_value_has_a_helm_docs_comment() -> None:
     assert sorted(k for k in leaves if not documented[k]) == [], "these values have no `# --` comment"
 
 
-def test_chart_app_version_is_the_default_vllm_version() -> None:
+def test_chart_version_and_app_version_are_deployctls_and_the_engine_default_is_the_profiles() -> None:
     chart = yaml.safe_load((CHART / "Chart.yaml").read_text(encoding="utf-8"))
     values = yaml.safe_load((CHART / "values.yaml").read_text(encoding="utf-8"))
     assert chart["name"] == render.CHART_NAME
-    assert chart["appVersion"] == values["engine"]["version"] == profile.DEFAULT_VLLM_VERSION
+    assert chart["version"] == chart["appVersion"] == orchestrator.__version__
+    assert values["engine"]["version"] == profile.DEFAULT_VLLM_VERSION
 
 
 @pytest.mark.parametrize("path", PROFILES, ids=lambda p: p.stem)
