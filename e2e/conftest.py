@@ -33,6 +33,7 @@ import deployhelpers  # noqa: E402
 import fluxhelpers  # noqa: E402
 import kwoksim  # noqa: E402
 import localcluster  # noqa: E402
+import shipped  # noqa: E402
 
 # vLLM simulator launcher; it (re)builds the binary through build.sh on first use.
 SIM = E2E_DIR / "sim"
@@ -43,6 +44,14 @@ SIM_START_TIMEOUT_S = 600.0  # a cold build of the simulator included
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    wrong = shipped.problems()
+    if wrong and os.environ.get(shipped.FROM_CHECKOUT_ENV) != "1":
+        raise pytest.UsageError(
+            "the e2e suite runs the deployctl of the wheel built from this checkout, installed in a venv "
+            "that holds no checkout; here: " + "; ".join(wrong) + ". Run `make test-e2e` (it builds the wheel "
+            "into .cache/wheel-venv and runs its pytest), or .cache/wheel-venv/bin/pytest e2e/... after "
+            f"`make wheel-venv`; {shipped.FROM_CHECKOUT_ENV}=1 runs the checkout instead, for local debugging only."
+        )
     config.addinivalue_line(
         "markers", "kwok: needs the kwok simulation (GPU nodes, pod behaviours, logs, port-forward)"
     )

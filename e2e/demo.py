@@ -53,6 +53,7 @@ import kubernetes  # noqa: E402
 import kwoksim  # noqa: E402
 import localcluster  # noqa: E402
 import server as realvllm  # noqa: E402 (e2e/realvllm: the real vLLM tier, when `make vllm` installed it)
+import shipped  # noqa: E402
 from deployhelpers import create_models_volume, exists, free_port, models_volume  # noqa: E402
 
 DEPLOYCTL = Path(sys.executable).parent / "deployctl"
@@ -590,6 +591,15 @@ def _history_is(statuses: list[str]) -> Callable[[str], str | None]:
 
 
 def main() -> int:
+    wrong = shipped.problems()
+    if wrong and os.environ.get(shipped.FROM_CHECKOUT_ENV) != "1":
+        print(
+            "demo: it shows the deployctl users install, the wheel in .cache/wheel-venv; here: "
+            + "; ".join(wrong)
+            + ". Run `make demo`.",
+            file=sys.stderr,
+        )
+        return 2
     started = time.monotonic()
     directory = Path(os.environ.get("DEMO_DIR", ROOT / ".cache" / "demo")).resolve()
     shutil.rmtree(directory, ignore_errors=True)

@@ -46,16 +46,29 @@ def helm() -> pathlib.Path:
     return HELM
 
 
+@pytest.fixture(scope="module")
+def package(helm: pathlib.Path, tmp_path_factory: pytest.TempPathFactory) -> pathlib.Path:
+    """The chart as users install it: the .tgz that `helm package` makes, checked by `helm lint --strict`."""
+    out = tmp_path_factory.mktemp("chart")
+    _run(helm, "package", CHART, "--destination", out)
+    (tgz,) = out.glob("*.tgz")
+    assert tgz.name == f"{render.CHART_NAME}-{orchestrator.__version__}.tgz"
+    _run(helm, "lint", "--strict", tgz)
+    return tgz
+
+
 def _run(*args: str | pathlib.Path) -> str:
     done = subprocess.run([str(a) for a in args], capture_output=True, text=True, timeout=120, check=False)
     assert done.returncode == 0, f"{' '.join(map(str, args))} failed:\n{done.stdout}{done.stderr}"
     return done.stdout
 
 
-def _helm_template(helm: pathlib.Path, prof: profile.Profile, tmp: pathlib.Path) -> list[dict[str, Any]]:
+def _helm_template(
+    helm: pathlib.Path, package: pathlib.Path, prof: profile.Profile, tmp: pathlib.Path
+) -> list[dict[str, Any]]:
     values = tmp / f"{prof.metadata.name}.values.yaml"
     values.write_text(yaml.safe_dump(render.helm_values(prof, planner.plan(prof))), encoding="utf-8")
-    out = _run(helm, "template", prof.metadata.name, CHART, "--namespace", prof.metadata.namespace, "-f", values)
+    out = _run(helm, "template", prof.metadata.name, package, "--namespace", prof.metadata.namespace, "-f", values)
     return [doc for doc in yaml.safe_load_all(out) if doc]
 
 
@@ -133,22 +146,26 @@ def test_helm_values_of_every_profile_are_valid_chart_values(path: pathlib.Path)
 # --- with the helm binary --------------------------------------------------------------------------
 
 
-def test_helm_lint_passes_with_defaults_and_with_every_profile(helm: pathlib.Path, tmp_path: pathlib.Path) -> None:
-    _run(helm, "lint", "--strict", CHART)
+def test_helm_lint_passes_with_defaults_and_with_every_profile(
+    helm: pathlib.Path, package: pathlib.Path, tmp_path: pathlib.Path
+) -> None:
+    _run(helm, "lint", "--strict", package)
     for path in PROFILES:
         values = tmp_path / f"{path.stem}.yaml"
         values.write_text(
             yaml.safe_dump(render.helm_values(profile.load(path), planner.plan(profile.load(path)))), encoding="utf-8"
         )
-        _run(helm, "lint", "--strict", CHART, "-f", values)
+        _run(helm, "lint", "--strict", package, "-f", values)
 
 
 @pytest.mark.parametrize("path", PROFILES, ids=lambda p: p.stem)
 def test_helm_template_equals_the_jinja2_render_object_by_object(
-    helm: pathlib.Path, tmp_path: pathlib.Path, path: pathlib.Path
+    helm: pathlib.Path, package: pathlib.Path, tmp_path: pathlib.Path, path: pathlib.Path
 ) -> None:
     prof = profile.load(path)
-    from_helm = [o for o in _helm_template(helm, prof, tmp_path) if HOOK not in o["metadata"].get("annotations", {})]
+    from_helm = [
+        o for o in _helm_template(helm, package, prof, tmp_path) if HOOK not in o["metadata"].get("annotations", {})
+    ]
     ours = _rendered(prof)
     assert sorted(map(_key, from_helm)) == sorted(map(_key, ours))
     by_key = {_key(o): o for o in from_helm}
@@ -160,9 +177,11 @@ def _key(obj: dict[str, Any]) -> tuple[str, str]:
     return obj["kind"], obj["metadata"]["name"]
 
 
-def test_helm_test_hook_checks_health_through_the_service(helm: pathlib.Path, tmp_path: pathlib.Path) -> None:
+def test_helm_test_hook_checks_health_through_the_service(
+    helm: pathlib.Path, package: pathlib.Path, tmp_path: pathlib.Path
+) -> None:
     prof = profile.load(PROFILES[0])
-    hooks = [o for o in _helm_template(helm, prof, tmp_path) if o["metadata"].get("annotations", {}).get(HOOK)]
+    hooks = [o for o in _helm_template(helm, package, prof, tmp_path) if o["metadata"].get("annotations", {}).get(HOOK)]
     assert len(hooks) == 1
     pod = hooks[0]
     assert pod["kind"] == "Pod" and pod["metadata"]["annotations"][HOOK] == "test"
@@ -176,12 +195,14 @@ def test_helm_test_hook_checks_health_through_the_service(helm: pathlib.Path, tm
 
 @pytest.mark.parametrize("path", PROFILES, ids=lambda p: p.stem)
 def test_helm_test_pod_lands_in_the_servers_node_pool_without_taking_a_gpu(
-    helm: pathlib.Path, tmp_path: pathlib.Path, path: pathlib.Path
+    helm: pathlib.Path, package: pathlib.Path, tmp_path: pathlib.Path, path: pathlib.Path
 ) -> None:
     prof = profile.load(path)
     values = render.helm_values(prof, planner.plan(prof))
     assert values["affinity"], "every example profile requires a GPU product; the test below needs one"
-    (pod,) = [o for o in _helm_template(helm, prof, tmp_path) if o["metadata"].get("annotations", {}).get(HOOK)]
+    (pod,) = [
+        o for o in _helm_template(helm, package, prof, tmp_path) if o["metadata"].get("annotations", {}).get(HOOK)
+    ]
     # The servers' node affinity (a multi-node copy's pods add anti-affinity between themselves on top).
     assert pod["spec"]["affinity"] == values["affinity"]
     assert pod["spec"]["tolerations"] == values["tolerations"]
@@ -190,8 +211,10 @@ def test_helm_test_pod_lands_in_the_servers_node_pool_without_taking_a_gpu(
     assert render.GPU_RESOURCE not in {**resources.get("requests", {}), **resources.get("limits", {})}
 
 
-def test_helm_test_pod_has_no_affinity_when_the_servers_have_none(helm: pathlib.Path, tmp_path: pathlib.Path) -> None:
-    out = _run(helm, "template", "r", CHART, "--set", "affinity=null")
+def test_helm_test_pod_has_no_affinity_when_the_servers_have_none(
+    helm: pathlib.Path, package: pathlib.Path, tmp_path: pathlib.Path
+) -> None:
+    out = _run(helm, "template", "r", package, "--set", "affinity=null")
     (pod,) = [d for d in yaml.safe_load_all(out) if d and d["metadata"].get("annotations", {}).get(HOOK)]
     assert "affinity" not in pod["spec"]
 
@@ -200,7 +223,7 @@ def test_helm_test_pod_has_no_affinity_when_the_servers_have_none(helm: pathlib.
 
 
 def test_chart_kube_version_starts_at_the_oldest_kubernetes_deployctl_supports(
-    helm: pathlib.Path, tmp_path: pathlib.Path
+    helm: pathlib.Path, package: pathlib.Path, tmp_path: pathlib.Path
 ) -> None:
     chart = yaml.safe_load((CHART / "Chart.yaml").read_text(encoding="utf-8"))
     oldest = cli.SUPPORTED_KUBERNETES.split()[0]  # "1.30 – 1.37"
@@ -208,9 +231,9 @@ def test_chart_kube_version_starts_at_the_oldest_kubernetes_deployctl_supports(
     assert chart["home"].startswith("https://") and all(s.startswith("https://") for s in chart["sources"])
     minor = int(oldest.split(".")[1])
     # A managed cluster's version string carries a suffix; "-0" in the range lets it through.
-    _run(helm, "template", "r", CHART, "--kube-version", f"v1.{minor}.4-eks-1234")
+    _run(helm, "template", "r", package, "--kube-version", f"v1.{minor}.4-eks-1234")
     refused = subprocess.run(
-        [str(helm), "template", "r", str(CHART), "--kube-version", f"v1.{minor - 1}.9"],
+        [str(helm), "template", "r", str(package), "--kube-version", f"v1.{minor - 1}.9"],
         capture_output=True,
         text=True,
         timeout=120,
@@ -313,12 +336,12 @@ def test_chart_disabled_by_the_umbrellas_condition_renders_nothing(
 
 
 def test_schema_still_refuses_unknown_keys_beside_the_ones_helm_sets(
-    helm: pathlib.Path, tmp_path: pathlib.Path
+    helm: pathlib.Path, package: pathlib.Path, tmp_path: pathlib.Path
 ) -> None:
     values = tmp_path / "typo.yaml"
     values.write_text(yaml.safe_dump({"global": {}, "enabled": True, "replicaCont": 2}), encoding="utf-8")
     done = subprocess.run(
-        [str(helm), "template", "r", str(CHART), "-f", str(values)], capture_output=True, text=True, timeout=120
+        [str(helm), "template", "r", str(package), "-f", str(values)], capture_output=True, text=True, timeout=120
     )
     assert done.returncode != 0 and "replicaCont" in done.stderr
     assert "global" not in done.stderr and "'enabled'" not in done.stderr
@@ -327,13 +350,13 @@ def test_schema_still_refuses_unknown_keys_beside_the_ones_helm_sets(
 # --- the PodMonitor --------------------------------------------------------------------------------
 
 
-def test_chart_renders_no_pod_monitor_by_default(helm: pathlib.Path) -> None:
-    assert "PodMonitor" not in {d["kind"] for d in yaml.safe_load_all(_run(helm, "template", "r", CHART)) if d}
+def test_chart_renders_no_pod_monitor_by_default(helm: pathlib.Path, package: pathlib.Path) -> None:
+    assert "PodMonitor" not in {d["kind"] for d in yaml.safe_load_all(_run(helm, "template", "r", package)) if d}
 
 
-def test_chart_pod_monitor_scrapes_the_http_port_at_the_values_path(helm: pathlib.Path) -> None:
+def test_chart_pod_monitor_scrapes_the_http_port_at_the_values_path(helm: pathlib.Path, package: pathlib.Path) -> None:
     out = _run(
-        helm, "template", "r", CHART, "-n", "ai",
+        helm, "template", "r", package, "-n", "ai",
         "--set", "podMonitor.enabled=true", "--set", "podMonitor.interval=1m",
         "--set", "podMonitor.labels.release=kps", "--set", "podMonitor.path=/prometheus/metrics",
     )  # fmt: skip
@@ -347,9 +370,9 @@ def test_chart_pod_monitor_scrapes_the_http_port_at_the_values_path(helm: pathli
     assert [p["name"] for p in ports] == ["http"]
 
 
-def test_chart_refuses_an_interval_prometheus_cannot_read(helm: pathlib.Path) -> None:
+def test_chart_refuses_an_interval_prometheus_cannot_read(helm: pathlib.Path, package: pathlib.Path) -> None:
     done = subprocess.run(
-        [str(helm), "template", "r", str(CHART), "--set", "podMonitor.interval=30sec"],
+        [str(helm), "template", "r", str(package), "--set", "podMonitor.interval=30sec"],
         capture_output=True,
         text=True,
         timeout=120,
