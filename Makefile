@@ -33,7 +33,9 @@ $(VENV)/.installed: pyproject.toml
 	@touch $@
 
 dist: venv ## Build what ships into .cache/dist: the sdist, the wheel built from it, the chart package.
-	rm -rf $(DIST)
+	@# An earlier build's build/ and *.egg-info/ would leak into this one (setuptools reads the old
+	@# SOURCES.txt): a module that the package list dropped would still ship.
+	rm -rf $(DIST) build *.egg-info
 	$(PY) -m build --no-isolation --outdir $(DIST) . >/dev/null
 	@test -x $(BIN)/helm || bash e2e/cluster/build.sh helm
 	$(BIN)/helm package charts/vllm-inference --destination $(DIST) >/dev/null

@@ -14,12 +14,15 @@ import importlib.util
 import os
 import subprocess
 import sys
-import sysconfig
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
 # A developer's shortcut for one test against a worktree's edits; CI never sets it (.ci/run unsets it).
 FROM_CHECKOUT_ENV = "DEPLOYCTL_E2E_FROM_CHECKOUT"
+
+
+def _installed(module_file: str) -> bool:
+    """Whether a module file was installed (pip puts it under site-packages), not found in a source tree."""
+    return "site-packages" in Path(module_file).resolve().parts
 
 
 def problems() -> list[str]:
@@ -32,7 +35,7 @@ def problems() -> list[str]:
         found.append(f"{script} does not exist: the deployctl wheel is not installed in this venv")
     # Where the tests' own imports resolve (conftest and helpers import orchestrator in-process).
     spec = importlib.util.find_spec("orchestrator")
-    if spec is not None and spec.origin and ROOT in Path(spec.origin).resolve().parents:
+    if spec is not None and spec.origin and not _installed(spec.origin):
         found.append(
             f"the tests import orchestrator from the checkout ({spec.origin}; `python -m pytest` puts it first)"
         )
@@ -46,10 +49,6 @@ def problems() -> list[str]:
     )
     if probe.returncode != 0:
         found.append(f"{sys.executable} cannot import orchestrator: {probe.stderr.strip()[-300:]}")
-    elif ROOT in Path(probe.stdout.strip()).resolve().parents:
+    elif not _installed(probe.stdout.strip()):
         found.append(f"this venv's orchestrator is the checkout ({probe.stdout.strip()}): an editable install")
-    site = Path(sysconfig.get_paths()["purelib"])
-    for pth in sorted(site.glob("*.pth")):
-        if str(ROOT) in pth.read_text(encoding="utf-8", errors="replace"):
-            found.append(f"{pth} puts the checkout on sys.path")
     return found

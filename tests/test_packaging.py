@@ -13,6 +13,7 @@ user's machine.
 
 from __future__ import annotations
 
+import ast
 import json
 import pathlib
 import shutil
@@ -231,3 +232,22 @@ def test_a_wheel_built_without_a_data_file_is_caught_by_name(tmp_path: pathlib.P
         "manifests/rbac/_rules.j2",
         "manifests/rbac/deployctl.yaml.j2",
     ]
+
+
+def _e2e_guard(python: pathlib.Path, cwd: pathlib.Path, env: dict[str, str]) -> list[str]:
+    code = f"import sys; sys.path.insert(0, {str(ROOT / 'e2e')!r}); import shipped; print(shipped.problems())"
+    done = subprocess.run([str(python), "-c", code], cwd=cwd, capture_output=True, text=True, env=env, check=False)
+    assert done.returncode == 0, done.stderr
+    found: list[str] = ast.literal_eval(done.stdout)
+    return found
+
+
+def test_the_e2e_guard_accepts_an_installed_wheel_and_names_a_checkout(
+    installed: Installed, tmp_path: pathlib.Path
+) -> None:
+    assert _e2e_guard(installed.python, tmp_path, {"PATH": "/usr/bin:/bin"}) == []
+    found = _e2e_guard(installed.python, tmp_path, {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT)})
+    assert any("PYTHONPATH is set" in p for p in found) and any("from the checkout" in p for p in found), found
+    # The dev venv's editable install, the way `python -m pytest e2e` from the repo would run it.
+    found = _e2e_guard(pathlib.Path(sys.executable), ROOT, {"PATH": "/usr/bin:/bin"})
+    assert any("from the checkout" in p for p in found), found
