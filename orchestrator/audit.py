@@ -24,6 +24,10 @@ the head hash (``head`` in the export) anchors the chain just as well for deleti
 Records are ConfigMaps with ``immutable: true``, so an edit takes delete and re-create (a new
 uid, visible to the API server's audit log); RBAC cannot scope ConfigMap deletes by label, so
 limit who may delete ConfigMaps in release namespaces.
+
+An export names its format (``format``, the record format of the deployctl that wrote it; none in
+deployctl 0.1.0's); an export, or a record in it, in a format this deployctl does not read is
+refused (``NewerRecordFormat``), never half-read (docs/record-format.md).
 """
 
 from __future__ import annotations
@@ -36,7 +40,7 @@ import datetime
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
-from orchestrator import errors, releases
+from orchestrator import errors, record_format, releases
 
 EXPORT_API_VERSION = "deployctl.dev/v1"
 EXPORT_KIND = "ReleaseAudit"
@@ -171,6 +175,7 @@ def export(
     return {
         "apiVersion": EXPORT_API_VERSION,
         "kind": EXPORT_KIND,
+        "format": releases.RECORD_FORMAT,
         "release": release,
         "namespace": namespace,
         "exported_at": exported_at.strftime("%Y-%m-%dT%H:%M:%SZ"),
@@ -179,7 +184,7 @@ def export(
     }
 
 
-def _parse_export(doc: Mapping[str, Any]) -> tuple[list[releases.Record], list[Problem]]:
+def _parse_export(doc: Mapping[str, Any], name: str) -> tuple[list[releases.Record], list[Problem]]:
     if (
         not isinstance(doc, Mapping)
         or doc.get("apiVersion") != EXPORT_API_VERSION
@@ -190,6 +195,12 @@ def _parse_export(doc: Mapping[str, Any]) -> tuple[list[releases.Record], list[P
             f"this is not a deployctl audit export (expected apiVersion {EXPORT_API_VERSION}, "
             f"kind {EXPORT_KIND} and a records list); create one with deployctl audit export"
         )
+    what = f"{name} of release {doc.get('release')} in namespace {doc.get('namespace')}"
+    try:
+        found = record_format.of_body(doc, "the export")
+    except ValueError as e:
+        raise errors.AuditFailed(f"{what} is unreadable: {e}. It was changed after deployctl wrote it") from None
+    record_format.check_readable(found, what)
     records: list[releases.Record] = []
     problems: list[Problem] = []
     for index, entry in enumerate(doc["records"]):
@@ -197,13 +208,16 @@ def _parse_export(doc: Mapping[str, Any]) -> tuple[list[releases.Record], list[P
         try:
             if not isinstance(entry, dict):
                 raise ValueError("it is not an object")
+            if record_format.of_body(entry) > found:
+                raise ValueError(f"it is record format {entry['format']}, newer than the export's format {found}")
             body = {k: v for k, v in entry.items() if k not in ("hash", "manifests", "manifests_base64")}
             if "manifests" in entry:
                 manifests = str(entry["manifests"]).encode("utf-8")
             else:
                 manifests = base64.b64decode(str(entry.get("manifests_base64", "")), validate=True)
             stored_hash = str(entry.get("hash", ""))
-            records.append(releases.record_from_body(body, hash=stored_hash, manifests=manifests))
+            entry_what = f"record #{index + 1} (revision {revision}) of {what}"
+            records.append(releases.record_from_body(body, hash=stored_hash, manifests=manifests, what=entry_what))
         except (ValueError, binascii.Error) as e:
             problems.append(
                 Problem(
@@ -216,9 +230,12 @@ def _parse_export(doc: Mapping[str, Any]) -> tuple[list[releases.Record], list[P
     return records, problems
 
 
-def verify_export(doc: Mapping[str, Any]) -> list[Problem]:
-    """``verify`` on an export document, offline, plus its head: the head must be the last record."""
-    records, problems = _parse_export(doc)
+def verify_export(doc: Mapping[str, Any], name: str = "the audit export") -> list[Problem]:
+    """``verify`` on an export document, offline, plus its head: the head must be the last record.
+
+    ``name`` says which export in a refusal (NewerRecordFormat, AuditFailed), e.g. its file.
+    """
+    records, problems = _parse_export(doc, name)
     problems += verify(records, release=str(doc.get("release")), namespace=str(doc.get("namespace")), source="export")
     newest = max(records, key=lambda r: r.revision, default=None)
     head = doc.get("head")
@@ -236,13 +253,15 @@ def verify_export(doc: Mapping[str, Any]) -> list[Problem]:
     return problems
 
 
-def compare_with_export(records: Sequence[releases.Record], doc: Mapping[str, Any]) -> list[Problem]:
+def compare_with_export(
+    records: Sequence[releases.Record], doc: Mapping[str, Any], name: str = "the audit export"
+) -> list[Problem]:
     """Every revision in the export must still be in the cluster, unchanged (see the module doc).
 
     Catches what ``verify`` alone cannot: a deleted or rewritten newest record. Run ``verify`` and
     ``verify_export`` as well; this compares the two and trusts neither to be intact on its own.
     """
-    exported, _ = _parse_export(doc)  # verify_export reports unreadable entries
+    exported, _ = _parse_export(doc, name)  # verify_export reports unreadable entries
     problems: list[Problem] = []
     if records and (records[0].release, records[0].namespace) != (doc.get("release"), doc.get("namespace")):
         problems.append(

@@ -50,6 +50,8 @@ _REFUSALS: dict[type[errors.DeployctlError], tuple[str, str]] = {
     errors.UsageError: ("invalid", "plan"),
     errors.Forbidden: ("forbidden", "preflight"),
     errors.RolloutFailed: ("preflight", "preflight"),
+    # Only an upgraded deployctl reads the release's records: retrying changes nothing.
+    errors.NewerRecordFormat: ("record_format", "preflight"),
 }
 
 Reporter = Callable[[str, str], None]

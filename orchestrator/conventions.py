@@ -24,6 +24,8 @@ RECORD_LABEL = "deployctl.dev/release-record"
 REVISION_LABEL = "deployctl.dev/revision"
 OUTCOME_LABEL = "deployctl.dev/outcome"
 RECORD_HASH_ANNOTATION = "deployctl.dev/record-sha256"
+# The record's format (also in its record.json), readable before the body is parsed.
+RECORD_FORMAT_LABEL = "deployctl.dev/record-format"
 
 # A model copy that spans nodes is a group of pods: one leader (Ray head / LWS leader, the pod that
 # serves HTTP) and its workers. Render puts these on every member, so the rollout watch, the Service

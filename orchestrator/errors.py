@@ -103,6 +103,12 @@ class AuditFailed(DeployctlError):
     exit_code = ExitCode.AUDIT_FAILED
 
 
+class NewerRecordFormat(AuditFailed):
+    """A release record or audit export in a format this deployctl does not read: refused before
+    any write, since guessing at a newer record could break its chain. Upgrading deployctl fixes it,
+    so the controller stalls on it instead of retrying (docs/record-format.md)."""
+
+
 def shorten(text: str, limit: int = 300) -> str:
     """Cut an echoed server payload so a message stays one readable paragraph."""
     text = " ".join(text.split())

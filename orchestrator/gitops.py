@@ -27,6 +27,7 @@ def gate(profile: Profile, profile_text: str, options: pipeline.Options, report:
     synced = next(o for o in reversed(objects) if o["kind"] in ("Deployment", *conventions.GROUP_KINDS))
     kind, target = synced["kind"], synced["metadata"]["name"]
     applyset.check_access(kube, namespace, pipeline.check_group_engine(kube, profile))
+    releases.load_history(kube, name, namespace)  # unreadable or newer records: refused before any wait or write
     spec = verify.spec_of(
         profile, objects, timeout=options.timeout, endpoint=options.endpoint, skip_bench=options.skip_bench
     )

@@ -70,6 +70,9 @@ def apply(profile: Profile, profile_text: str, options: Options, report: Reporte
         check_pod_monitor(kube, profile)
         applyset.check_access(kube, namespace, group_kind, pod_monitor=profile.monitoring.podMonitor.enabled)
         check_api_key_secret(kube, profile)
+        # Read before the lock's Lease is written: a record this deployctl cannot read (a newer
+        # format, an edit) refuses the apply with nothing changed. Read again under the lock.
+        releases.load_history(kube, name, namespace)
         check, replaces_pods = _preflight(kube, profile, plan)
     for warning in check.warnings:
         report("preflight", f"warning: {warning}")
@@ -385,6 +388,7 @@ def rollback(name: str, namespace: str, to: int | None, options: Options, report
     kube = connect(options.kubeconfig, options.context)
     user = kube.whoami()
     applyset.check_access(kube, namespace)
+    releases.load_history(kube, name, namespace)  # refused before the lock's write, as in apply
     with locked(kube, namespace, name, user, options, report):
         history = releases.load_history(kube, name, namespace)
         if not history:

@@ -95,7 +95,8 @@ def write_export(history: Sequence[releases.Record], release: str, namespace: st
         doc = json.loads(written)
     except ValueError as e:
         raise errors.AuditFailed(f"the audit export {path} does not read back as JSON ({e}); nothing was purged") from e
-    problems = audit.verify_export(doc) + audit.compare_with_export(history, doc)
+    exported = f"audit export {path}"
+    problems = audit.verify_export(doc, exported) + audit.compare_with_export(history, doc, exported)
     if problems or len(doc.get("records", [])) != len(history):
         found = "; ".join(p.message for p in problems[:3]) or "it does not hold every record"
         raise errors.AuditFailed(f"the audit export {path} does not verify ({found}); nothing was purged")

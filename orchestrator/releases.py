@@ -6,6 +6,8 @@ way, in Secrets; ours hold nothing secret, so ConfigMaps let auditors read them 
 A record holds the exact applied manifest bytes (gzip, deterministic) and ``record.json``: who,
 when, what, the profile, the plan, the gate report and ``prev_hash``, the sha256 of revision
 N−1's record. The sha256 of ``record.json`` sits in the annotation ``deployctl.dev/record-sha256``.
+Since format 2 a record names its format, in ``record.json`` and in a label; a record in a format
+this deployctl does not read is refused before its fields are (``orchestrator.record_format``).
 
 Records are append-only: created once with ``immutable: true`` and never updated, so the chain
 covers every byte of history. Revision numbers are allocated by ``create``: the API server
@@ -34,7 +36,7 @@ import pydantic
 import yaml
 from pydantic import ConfigDict
 
-from orchestrator import conventions, errors
+from orchestrator import conventions, errors, record_format
 from orchestrator.profile import Profile
 
 LABEL_RECORD = conventions.RECORD_LABEL
@@ -42,14 +44,15 @@ LABEL_RELEASE = conventions.RELEASE_LABEL
 LABEL_REVISION = conventions.REVISION_LABEL
 LABEL_OUTCOME = conventions.OUTCOME_LABEL
 ANNOTATION_HASH = conventions.RECORD_HASH_ANNOTATION
+LABEL_FORMAT = conventions.RECORD_FORMAT_LABEL
 RECORD_KEY = "record.json"
 MANIFESTS_KEY = "manifests.yaml.gz"
 
 # The record format this CLI writes, and every format it reads. Format 1 is deployctl 0.1.0's
 # record, which names no format; each later format names itself in record.json. docs/upgrading.md
-# has the table of which deployctl reads which format.
-RECORD_FORMAT = 2
-RECORD_FORMATS_READ = (1, 2)
+# has the table of which deployctl reads which format; record_format holds the rules.
+RECORD_FORMAT = record_format.RECORD_FORMAT
+RECORD_FORMATS_READ = record_format.RECORD_FORMATS_READ
 
 # A lock (Lease) serialises writers of one release, so a lost race is rare; a few retries cover
 # a writer that bypassed the lock without spinning forever against a broken store.
@@ -127,6 +130,9 @@ class RecordBody(_Strict):
     # An uninstall's record: the objects it deleted, as "Kind/name" (their bytes are the record's
     # manifests). Left out of record.json when None, like ``observed``, for the same reason.
     deleted: list[str] | None = None
+    # The record format (record_format); None in format 1, which names none and whose hash must
+    # stay what 0.1.0 computed. Every record this deployctl writes names RECORD_FORMAT.
+    format: int | None = None
 
 
 class Record(RecordBody):
@@ -142,13 +148,18 @@ class Record(RecordBody):
     def body(self) -> dict[str, Any]:
         """The fields of ``record.json``: everything but the hash and the manifest bytes."""
         body = self.model_dump(include=set(RecordBody.model_fields))
-        for optional in ("observed", "deleted"):
+        for optional in ("observed", "deleted", "format"):
             if body[optional] is None:
                 del body[optional]
         return body
 
     def record_json(self) -> bytes:
         return canonical_json(self.body())
+
+    @property
+    def format_version(self) -> int:
+        """The record format: 1 for a record that names none (deployctl 0.1.0's)."""
+        return self.format or 1
 
     def computed_hash(self) -> str:
         return sha256(self.record_json())
@@ -157,6 +168,7 @@ class Record(RecordBody):
         """One row of ``deployctl history --output json``; ``status`` comes from ``status_of``."""
         return {
             "revision": self.revision,
+            "format": self.format_version,
             "status": status,
             "description": self.description,
             "timestamp": self.timestamp,
@@ -299,11 +311,23 @@ def record_name(release: str, revision: int) -> str:
     return f"deployctl.{release}.v{revision}"
 
 
-def record_from_body(body: Mapping[str, Any], *, hash: str, manifests: bytes) -> Record:
-    """Check a parsed ``record.json`` field by field and build the Record; ValueError says what is wrong."""
+def record_from_body(body: Mapping[str, Any], *, hash: str, manifests: bytes, what: str = "") -> Record:
+    """Check a parsed ``record.json`` field by field and build the Record; ValueError says what is wrong.
+
+    The format comes first: a record in a format this deployctl does not read is refused as such
+    (NewerRecordFormat, naming ``what``), before any of its fields is looked at.
+    """
     if not isinstance(body, Mapping) or {"hash", "manifests"} & set(body):
         raise ValueError("record.json must be an object without 'hash' or 'manifests' keys")
-    return Record(**body, hash=hash, manifests=manifests)
+    found = record_format.of_body(body)
+    record_format.check_readable(found, what or f"release {body.get('release')} revision {body.get('revision')}")
+    record_format.check_fields(body, found)
+    try:
+        return Record(**body, hash=hash, manifests=manifests)
+    except pydantic.ValidationError as e:
+        # pydantic's own text is several lines per field and names its docs; one clause each.
+        problems = [f"{'.'.join(str(p) for p in err['loc']) or 'record'}: {err['msg']}" for err in e.errors()]
+        raise ValueError(f"record.json does not fit record format {found}: {'; '.join(problems[:3])}") from None
 
 
 def to_configmap(record: Record) -> dict[str, Any]:
@@ -319,6 +343,8 @@ def to_configmap(record: Record) -> dict[str, Any]:
                 LABEL_REVISION: str(record.revision),
                 LABEL_OUTCOME: record.outcome,
                 "app.kubernetes.io/managed-by": "deployctl",
+                # Format 1 (0.1.0) had no label: a record keeps the labels of its format.
+                **({LABEL_FORMAT: str(record.format)} if record.format is not None else {}),
             },
             "annotations": {ANNOTATION_HASH: record.hash},
         },
@@ -331,8 +357,17 @@ def to_configmap(record: Record) -> dict[str, Any]:
 
 
 def from_configmap(cm: Mapping[str, Any]) -> Record:
-    """Parse a record ConfigMap; ValueError says what is unreadable."""
+    """Parse a record ConfigMap; ValueError says what is unreadable, NewerRecordFormat that this
+    deployctl does not read its format (told by the label before the body is even parsed)."""
     meta = cm.get("metadata") or {}
+    labels = meta.get("labels") or {}
+    what = (
+        f"release {labels.get(LABEL_RELEASE, '?')} revision {labels.get(LABEL_REVISION, '?')} in namespace "
+        f"{meta.get('namespace', '?')} (ConfigMap {meta.get('name', '?')})"
+    )
+    labelled = record_format.of_label(labels.get(LABEL_FORMAT))
+    if labelled is not None:
+        record_format.check_readable(labelled, what)
     text = (cm.get("data") or {}).get(RECORD_KEY)
     packed = (cm.get("binaryData") or {}).get(MANIFESTS_KEY)
     if text is None or packed is None:
@@ -344,8 +379,16 @@ def from_configmap(cm: Mapping[str, Any]) -> Record:
         raise ValueError(str(e)) from e
     if not isinstance(body, dict):
         raise ValueError(f"{RECORD_KEY} is not a JSON object")
+    found = record_format.of_body(body)
+    record_format.check_readable(found, what)
+    if (labelled or 1) != found:
+        # The label is outside the hash, the body inside: either may have been changed, so neither wins.
+        raise ValueError(
+            f"its label {LABEL_FORMAT} says format {labelled or '(none)'} but {RECORD_KEY} names "
+            f"{found if found > 1 else 'no format (format 1)'}; both name the same format when deployctl writes them"
+        )
     stored_hash = str((meta.get("annotations") or {}).get(ANNOTATION_HASH, ""))
-    return record_from_body(body, hash=stored_hash, manifests=manifests)
+    return record_from_body(body, hash=stored_hash, manifests=manifests, what=what)
 
 
 # -- the store ------------------------------------------------------------------------------------
@@ -355,17 +398,25 @@ def load_history(kube: Cluster, release: str, namespace: str) -> list[Record]:
     """All records of a release, oldest first.
 
     Raises AuditFailed when a record cannot be parsed: it was edited outside deployctl, and
-    history, rollback and verify must not go on as if it were not there.
+    history, rollback and verify must not go on as if it were not there. Raises NewerRecordFormat
+    when a record is in a format this deployctl does not read: every command that writes reads
+    the history first, so a newer deployctl's release is never changed by an older one.
     """
     items, _ = kube.list("ConfigMap", namespace, labels=f"{LABEL_RECORD}=true,{LABEL_RELEASE}={release}")
     records: list[Record] = []
     unreadable: list[str] = []
+    newer: list[errors.NewerRecordFormat] = []
     for cm in items:
         name = cm.get("metadata", {}).get("name", "?")
         try:
             records.append(from_configmap(cm))
+        except errors.NewerRecordFormat as e:
+            newer.append(e)
         except ValueError as e:
-            unreadable.append(f"{name} ({errors.shorten(str(e), 160)})")
+            unreadable.append(f"{name} ({errors.shorten(str(e), 240)})")
+    if newer:
+        # Told first: a newer deployctl may read what looks unreadable here.
+        raise newer[0]
     if unreadable:
         raise errors.AuditFailed(
             f"release {release!r} in namespace {namespace!r} has unreadable records: "
@@ -424,6 +475,7 @@ def append(
             "rollback_of": rollback_of,
             "manifests_sha256": sha256(manifests),
             "prev_hash": last.hash if last else "",
+            "format": RECORD_FORMAT,
         }
         if observed is not None:
             body["observed"] = observed

@@ -243,7 +243,7 @@ def audit_verify(
 ) -> dict[str, Any]:
     if export_file:
         doc = _read_export(export_file)
-        problems = audit.verify_export(doc)
+        problems = audit.verify_export(doc, f"audit export {export_file}")
         count = len(doc.get("records", []))
         head = str(doc.get("head", ""))
     else:
@@ -255,7 +255,8 @@ def audit_verify(
         problems = audit.verify(records, release=name, namespace=namespace)
         if against:
             doc = _read_export(against)
-            problems += audit.verify_export(doc) + audit.compare_with_export(records, doc)
+            exported = f"audit export {against}"
+            problems += audit.verify_export(doc, exported) + audit.compare_with_export(records, doc, exported)
         count = len(records)
         head = records[-1].hash
     return {

@@ -175,6 +175,7 @@ def test_record_configmap_is_immutable_labelled_and_annotated_with_the_hash_of_i
         "deployctl.dev/revision": "1",
         "deployctl.dev/outcome": "deployed",
         "app.kubernetes.io/managed-by": "deployctl",
+        "deployctl.dev/record-format": "2",
     }
     assert cm["immutable"] is True
     text = cm["data"]["record.json"].encode()
@@ -378,6 +379,7 @@ def test_history_summaries_carry_status_and_who_and_what() -> None:
     ]
     assert rows[3] == {
         "revision": 4,
+        "format": 2,
         "status": "deployed",
         "description": "rollback to 2",
         "timestamp": "2024-05-01T12:00:00Z",
