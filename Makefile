@@ -49,6 +49,7 @@ wheel-venv: dist ## Install the wheel from .cache/dist into .cache/wheel-venv (n
 	$(WHEEL_VENV)/bin/python -m pip install --quiet --force-reinstall --no-deps $(DIST)/deployctl-*.whl
 	$(WHEEL_VENV)/bin/python -m pip install --quiet $(DIST)/deployctl-*.whl
 	$(WHEEL_VENV)/bin/python -m pip check
+	@cd / && env -u PYTHONPATH $(CURDIR)/$(WHEEL_VENV)/bin/deployctl version >/dev/null || { echo "the wheel's deployctl does not start (above); tests/test_packaging.py names what the wheel lacks"; exit 1; }
 
 build: ## Build the local test cluster's binaries from upstream Go modules (cached in .cache/bin).
 	@command -v go >/dev/null || { echo "go (>= 1.26) is required to build the test cluster"; exit 1; }
