@@ -53,6 +53,7 @@ def test_an_install_of_0_1_0_upgrades_in_place_keeping_the_release_its_status_an
     apply_object(env, object_doc(env))
     waited = wait_ready(env)
     assert waited.returncode == 0, waited.stderr + run.log("old")
+    wait_until(lambda: settled(env, 1), 60, "generation 1 settled")  # its last status write done
     assert get_object(env)["status"]["liveRevision"] == 1
     assert "format" not in env.record(1), "0.1.0 wrote record format 1, which names no format"
     before = _release(env)
