@@ -55,7 +55,9 @@ def test_an_install_of_0_1_0_upgrades_in_place_keeping_the_release_its_status_an
     assert waited.returncode == 0, waited.stderr + run.log("old")
     wait_until(lambda: settled(env, 1), 60, "generation 1 settled")  # its last status write done
     assert get_object(env)["status"]["liveRevision"] == 1
-    assert "format" not in env.record(1), "0.1.0 wrote record format 1, which names no format"
+    first = env.record(1)
+    assert "format" not in first, "0.1.0 wrote record format 1, which names no format"
+    assert first["actor"]["user"] == f"system:serviceaccount:{env.namespace}:{CONTROLLER}", "as its ServiceAccount"
     before = _release(env)
     run.stop(old)
 
@@ -77,6 +79,7 @@ def test_an_install_of_0_1_0_upgrades_in_place_keeping_the_release_its_status_an
 
     after = _release(env)
     assert after == before, "the upgrade left the release, its pods and its status alone"
+    assert "leading as" in run.log("new") and "Traceback" not in run.log("new")
     assert [(r["revision"], r["status"]) for r in env.history()] == [(1, "deployed")], "nothing re-deployed"
 
     # --- the next generation deploys; an on-call rollback reaches back before the upgrade ------
@@ -137,6 +140,15 @@ def old_code(tmp_path: Path) -> Path:
     archive_path.write_bytes(archive.stdout)
     with tarfile.open(archive_path) as tar:
         tar.extractall(target, filter="data")
+    version = subprocess.run(
+        [sys.executable, "-m", "orchestrator.cli", "--version"],
+        env={**os.environ, "PYTHONPATH": str(target)},
+        cwd=target,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert version.stdout.strip() == "deployctl, version 0.1.0", version.stdout + version.stderr
     return target
 
 
