@@ -137,7 +137,10 @@ def test_deleting_the_object_removes_the_workload_and_keeps_the_records(
 
 
 def test_render_format_controller_is_accepted_by_the_api_server(crd_installed: None, env: ReleaseEnv) -> None:
-    rendered = deployctl(Path(), "render", "--format", "controller", "--controller-namespace", env.namespace)
+    image = "registry.internal/deployctl/controller@sha256:" + "1" * 64
+    rendered = deployctl(
+        Path(), "render", "--format", "controller", "--controller-namespace", env.namespace, "--image", image
+    )
     assert rendered.code == 0, rendered.stderr
     applied = subprocess.run(
         [str(BIN_DIR / "kubectl"), "--kubeconfig", str(env.kubeconfig), "apply", "--dry-run=server", "-f", "-"],
@@ -149,6 +152,7 @@ def test_render_format_controller_is_accepted_by_the_api_server(crd_installed: N
     assert applied.returncode == 0, applied.stderr
     kinds = [doc["kind"] for doc in yaml.safe_load_all(rendered.stdout) if doc]
     assert kinds == [
+        "Namespace",
         "ServiceAccount",
         "ClusterRole",
         "ClusterRoleBinding",

@@ -152,7 +152,8 @@ def plan(
 @click.option(
     "--image",
     default=None,
-    help="With --format controller: the controller image, pinned by digest (docs/gitops.md says how to build it).",
+    help="With --format controller (and required there): the controller image, pinned by digest "
+    "(docs/gitops.md says how to build it).",
 )
 @click.option(
     "--force",
@@ -187,7 +188,12 @@ def render(
         emit.objects([crd.definition()])
         return
     if fmt == "controller":
-        emit.objects(render_mod.controller(controller_namespace, image or render_mod.CONTROLLER_IMAGE))
+        if image is None:
+            raise errors.UsageError(
+                "render --format controller needs --image REGISTRY/deployctl-controller@sha256:…, the digest of "
+                "the image built from the Containerfile (docs/gitops.md)"
+            )
+        emit.objects(render_mod.controller(controller_namespace, image))
         return
     if profile_path is None:
         raise errors.UsageError(f"render --format {fmt} needs a PROFILE (a profile file or an InferenceProfile object)")
@@ -468,12 +474,17 @@ def bench_cmd(output_format: str, **options: Any) -> None:
 @main.command()
 @cli_options.output_option()
 def version(output_format: str) -> None:
-    """deployctl's version, the engine versions it has flag tables for, and the Kubernetes versions it supports."""
-    from orchestrator import engines, vllm_flags
+    """deployctl's version, the record format it writes and reads, its CRD and chart versions, the engine
+    versions it has flag tables for, and the Kubernetes versions it supports (docs/upgrading.md)."""
+    from orchestrator import crd, engines, releases, render, vllm_flags
     from orchestrator import profile as profile_mod
 
     data = {
         "deployctl": VERSION,
+        "record_format": {"writes": releases.RECORD_FORMAT, "reads": list(releases.RECORD_FORMATS_READ)},
+        "crd": {"name": crd.NAME, "group": crd.GROUP, "version": crd.VERSION},
+        # The chart ships with deployctl and carries its version (tests/test_chart.py holds them equal).
+        "chart": {"name": render.CHART_NAME, "version": VERSION},
         "default_vllm": profile_mod.DEFAULT_VLLM_VERSION,
         "vllm_flag_sets": vllm_flags.known_versions(),
         "engines": {
@@ -490,6 +501,9 @@ def version(output_format: str) -> None:
             sets = ", ".join(engine.versions())
             lines.append(f"{engine.title}: {engine.default_version} (flag sets: {sets})")
         lines.append(f"Kubernetes: {SUPPORTED_KUBERNETES}")
+        reads = ", ".join(str(f) for f in releases.RECORD_FORMATS_READ)
+        lines.append(f"Release records: writes format {releases.RECORD_FORMAT}, reads {reads}")
+        lines.append(f"CRD: {crd.NAME} {crd.VERSION}; chart: {render.CHART_NAME} {VERSION}")
         click.echo("\n".join(lines))
 
 

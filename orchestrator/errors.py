@@ -43,6 +43,13 @@ class InvalidProfile(DeployctlError):
     exit_code = ExitCode.INVALID_PROFILE
 
 
+class InvalidInstall(DeployctlError):
+    """What `render --format controller` was asked to install breaks a rule a profile is held to
+    (an image pinned by digest, names that are DNS labels): exit 2, as an invalid profile."""
+
+    exit_code = ExitCode.INVALID_PROFILE
+
+
 class DoesNotFit(DeployctlError):
     exit_code = ExitCode.DOES_NOT_FIT
 

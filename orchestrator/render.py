@@ -23,7 +23,7 @@ import jinja2
 import yaml
 from pydantic import BaseModel
 
-from orchestrator import catalog, chart_values, conventions, errors, planner, profile_pod
+from orchestrator import catalog, chart_values, conventions, errors, planner, profile_base, profile_pod
 from orchestrator import profile as profiles
 
 CHART_NAME = "vllm-inference"  # also app.kubernetes.io/name, as in a chart made by `helm create`
@@ -441,14 +441,28 @@ def rbac(namespace: str, service_account: str = "deployctl", api_key_secret: str
 
 
 CONTROLLER_TEMPLATE = "controller.yaml.j2"
-# What `render --format controller` puts in the Deployment without --image: a name the user's
-# registry must hold, pinned like every image deployctl renders (docs/gitops.md: building it).
-CONTROLLER_IMAGE = "registry.internal/deployctl/controller@sha256:" + "0" * 64
 
 
-def controller(namespace: str = "deployctl-system", image: str = CONTROLLER_IMAGE) -> list[dict[str, Any]]:
-    """`deployctl controller` in the cluster: ServiceAccount, ClusterRole and binding, the leader
-    Lease with the Role that may only take it, and a Deployment of two replicas."""
+def controller(namespace: str, image: str) -> list[dict[str, Any]]:
+    """`deployctl controller` in the cluster: its Namespace, ServiceAccount, ClusterRole and binding,
+    the leader Lease with the Role that may only take it, and a Deployment of two replicas.
+
+    Refuses (exit 2) an image not pinned by digest and a namespace that is not a DNS label: the
+    controller holds cluster-wide rights, so what runs must be the bytes that were reviewed, and a
+    bad name would only fail later, at apply, half installed."""
+    problems = []
+    if not profile_base.DIGEST.search(image):
+        problems.append(
+            f"--image {image} is not pinned by digest: give REGISTRY/deployctl-controller@sha256:<64 hex digits> "
+            "(the digest your registry reports for the image built from the Containerfile, docs/gitops.md)"
+        )
+    if len(namespace) > 63 or not profile_base.DNS1123_LABEL.match(namespace):
+        problems.append(
+            f"--controller-namespace {namespace} is not a namespace name: at most 63 lowercase letters, digits "
+            "and hyphens, starting and ending with a letter or digit"
+        )
+    if problems:
+        raise errors.InvalidInstall("render --format controller: " + "; ".join(problems))
     labels = {"app.kubernetes.io/name": "deployctl-controller", MANAGED_BY_LABEL: MANAGED_BY}
     return _render_template(
         CONTROLLER_TEMPLATE, {"namespace": namespace, "image": image, "labels": labels, "group": "deployctl.dev"}

@@ -37,6 +37,7 @@ import pytest
 import yaml
 from pydantic import BaseModel
 
+import orchestrator
 from orchestrator import chart_values, errors, profile, render, vllm_flags
 
 ROOT = docblocks.ROOT
@@ -608,3 +609,46 @@ def test_the_description_that_called_0_9_vllms_default_is_caught() -> None:
     assert [(c.flag, c.value) for c in default_claims("profiles/x.yaml", comment)] == [
         ("--gpu-memory-utilization", "0.9")
     ]
+
+
+# --- upgrading deployctl itself (docs/upgrading.md) ------------------------------------------------
+
+UPGRADING = ROOT / "docs" / "upgrading.md"
+OLD_CRD = ROOT / "e2e" / "fixtures" / "upgrade" / "v0.1.0" / "crd.yaml"  # what 0.1.0 rendered
+
+
+def _versions_table() -> dict[str, dict[str, str]]:
+    """docs/upgrading.md's table of versions: deployctl version → its columns."""
+    (table,) = [t for t in docblocks.tables(UPGRADING) if t.header[:2] == ["deployctl", "record format written"]]
+    return {row[0]: dict(zip(table.header, row, strict=True)) for row in table.rows}
+
+
+def test_the_upgrading_table_gives_this_versions_record_formats_crd_and_chart() -> None:
+    from orchestrator import crd, releases
+
+    row = _versions_table()[orchestrator.__version__]
+    assert row["record format written"] == str(releases.RECORD_FORMAT)
+    assert row["record formats read"] == ", ".join(str(f) for f in releases.RECORD_FORMATS_READ)
+    assert row["crd"] == f"{crd.GROUP}/{crd.VERSION}"
+    assert row["chart"].startswith(f"{render.CHART_NAME} {orchestrator.__version__} ")
+
+
+def test_the_upgrading_table_gives_0_1_0s_crd_and_that_it_wrote_the_first_record_format() -> None:
+    old = yaml.safe_load(OLD_CRD.read_text(encoding="utf-8"))
+    row = _versions_table()["0.1.0"]
+    assert row["crd"] == " ".join(f"{old['spec']['group']}/{v['name']}" for v in old["spec"]["versions"])
+    assert (row["record format written"], row["record formats read"]) == ("1", "1")
+
+
+def test_the_page_that_calls_the_crd_unchanged_since_0_1_0_is_right() -> None:
+    from click.testing import CliRunner
+
+    from orchestrator import cli
+
+    text = " ".join(UPGRADING.read_text(encoding="utf-8").split())
+    if "gives byte for byte what 0.1.0's gave" in text:
+        rendered = CliRunner().invoke(cli.main, ["render", "--format", "crd"]).stdout
+        assert rendered == OLD_CRD.read_text(encoding="utf-8"), (
+            "docs/upgrading.md says the CRD did not change since 0.1.0, and it has: say what changed and "
+            "what a downgrade does"
+        )
