@@ -1,0 +1,104 @@
+"""What the docs quote from elsewhere is still what it quotes: validate's messages with their YAML
+line numbers, and the local cluster's simulated nodes.
+
+A quoted message names a line of `profiles/prod-tp4.yaml` (the pages' `my-profile.yaml` is a copy
+of it with one mistake); an edit of that file moves the line, and these tests say so.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import docblocks
+import pytest
+import yaml
+from click.testing import CliRunner
+
+from orchestrator import cli
+
+ROOT = docblocks.ROOT
+EXAMPLE = ROOT / "profiles" / "prod-tp4.yaml"
+NODES = ROOT / "e2e" / "cluster" / "nodes.yaml"
+
+
+def _quoted(marker: str) -> list[tuple[str, str]]:
+    """(where, line) of every line of a text block, in any page, that contains ``marker``."""
+    return [
+        (f"{block.page.relative_to(ROOT)}:{block.line + i}", line)
+        for page in docblocks.pages()
+        for block in docblocks.blocks(page)
+        if block.lang == "text"
+        for i, line in enumerate(block.lines)
+        if marker in line
+    ]
+
+
+def _validate(path: Path) -> list[str]:
+    result = CliRunner().invoke(cli.main, ["validate", str(path)], catch_exceptions=False)
+    assert result.exit_code == 2, result.output
+    return result.output.splitlines()
+
+
+def _shown_in(shown: str, output: list[str]) -> bool:
+    want = " ".join(shown.split())
+    if want.endswith(docblocks.ELISION):
+        return any(" ".join(line.split()).startswith(want[: -len(docblocks.ELISION)].rstrip()) for line in output)
+    return want in (" ".join(line.split()) for line in output)
+
+
+TYPO = "engine.tensorParalelSize (line"
+UNPINNED = "is not pinned by digest"
+
+
+@pytest.mark.parametrize("where,line", _quoted(TYPO), ids=lambda v: v if ":" in v else "")
+def test_a_quoted_unknown_key_error_is_what_validate_prints_for_the_copied_example(
+    where: str, line: str, tmp_path: Path
+) -> None:
+    copy = tmp_path / "my-profile.yaml"
+    copy.write_text(EXAMPLE.read_text().replace("tensorParallelSize:", "tensorParalelSize:"))
+    output = _validate(copy)
+    assert _shown_in(line, output), f"{where} shows {line.strip()!r}; validate prints:\n" + "\n".join(output)
+
+
+@pytest.mark.parametrize("where,line", _quoted(UNPINNED), ids=lambda v: v if ":" in v else "")
+def test_a_quoted_unpinned_image_error_is_what_validate_prints_for_the_copied_example(
+    where: str, line: str, tmp_path: Path
+) -> None:
+    image = re.search(r"image '([^']+)'", line)
+    assert image, f"{where}: the quote names no image"
+    copy = tmp_path / "my-profile.yaml"
+    copy.write_text(re.sub(r"(?m)^(  image: ).*$", rf"\g<1>{image.group(1)}", EXAMPLE.read_text()))
+    output = _validate(copy)
+    assert _shown_in(line, output), f"{where} shows {line.strip()!r}; validate prints:\n" + "\n".join(output)
+
+
+def test_the_pages_quote_validates_messages() -> None:
+    # A guard for the two tests above: they pass vacuously if the quotes are gone or reworded.
+    assert len(_quoted(TYPO)) >= 2 and len(_quoted(UNPINNED)) >= 1
+
+
+_WORDS = {"one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6}
+_NODE_GROUP = re.compile(r"(\w+) (\d+)-GPU (A100|H100)\S* ?(NVLink|PCIe)? nodes?")
+
+
+def test_the_simulated_nodes_getting_started_lists_are_the_clusters() -> None:
+    text = " ".join(line for _, line in docblocks.prose(docblocks.DOCS / "getting-started.md"))
+    sentence = re.search(r"The nodes: (.*?one CPU node)", " ".join(text.split()))
+    assert sentence, "docs/getting-started.md no longer lists the simulated nodes"
+    nodes = [n for n in yaml.safe_load_all(NODES.read_text()) if n]
+    counted = 0
+    for words, gpus, family, link in _NODE_GROUP.findall(sentence.group(1)):
+        matching = [
+            n
+            for n in nodes
+            if family in n["metadata"]["labels"].get("nvidia.com/gpu.product", "")
+            and n["status"]["allocatable"].get("nvidia.com/gpu") == gpus
+            and (not link or (n["metadata"]["labels"].get("deployctl.dev/nvlink") == "true") == (link == "NVLink"))
+        ]
+        assert len(matching) == _WORDS[words], (
+            f"the page says {words} {gpus}-GPU {family} {link}; nodes.yaml has {len(matching)}"
+        )
+        counted += len(matching)
+    cpu = [n for n in nodes if "nvidia.com/gpu" not in n["status"]["allocatable"]]
+    assert len(cpu) == 1 and counted + 1 == len(nodes), "the page's list leaves nodes out"
