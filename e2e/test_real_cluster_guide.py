@@ -90,15 +90,19 @@ def _record(core: Any, namespace: str, revision: int) -> tuple[dict[str, Any], l
 
 def _run_block(text: str, work: Path, kubeconfig: Path, where: str) -> str:
     path = f"{Path(deployhelpers.DEPLOYCTL).parent}{os.pathsep}{components.BIN_DIR}{os.pathsep}{os.environ['PATH']}"
-    result = subprocess.run(
-        ["bash", "-c", "set -euo pipefail\n" + text],
-        cwd=work,
-        env={**os.environ, "KUBECONFIG": str(kubeconfig), "PATH": path, "NO_COLOR": "1"},
-        capture_output=True,
-        text=True,
-        timeout=600,
-        stdin=subprocess.DEVNULL,
-    )
+    try:
+        result = subprocess.run(
+            ["bash", "-c", "set -euo pipefail\n" + text],
+            cwd=work,
+            env={**os.environ, "KUBECONFIG": str(kubeconfig), "PATH": path, "NO_COLOR": "1"},
+            capture_output=True,
+            text=True,
+            timeout=600,
+            stdin=subprocess.DEVNULL,
+        )
+    except subprocess.TimeoutExpired as e:
+        # A loader pod refused by Pod Security leaves its Job waiting for ever: see its events.
+        raise AssertionError(f"{where} still ran after 600 s (a refused pod? FailedCreate events):\n{text}") from e
     assert result.returncode == 0, f"{where} exited {result.returncode}:\n{text}\n{result.stdout}\n{result.stderr}"
     return result.stdout
 

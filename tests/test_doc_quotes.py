@@ -102,3 +102,37 @@ def test_the_simulated_nodes_getting_started_lists_are_the_clusters() -> None:
         counted += len(matching)
     cpu = [n for n in nodes if "nvidia.com/gpu" not in n["status"]["allocatable"]]
     assert len(cpu) == 1 and counted + 1 == len(nodes), "the page's list leaves nodes out"
+
+
+def _build_table() -> dict[str, int]:
+    tables = [t for t in docblocks.tables(docblocks.DOCS / "testing.md") if t.header == ["tool", "seconds"]]
+    assert len(tables) == 1, "docs/testing.md has no table of a fresh clone's build times"
+    return {row[0]: int(row[1]) for row in tables[0].rows}
+
+
+def test_the_fresh_build_table_times_every_binary_build_sh_builds() -> None:
+    script = (ROOT / "e2e" / "cluster" / "build.sh").read_text()
+    default = re.search(r"want=\$\{\*:-([^}]*)\}", script)
+    assert default
+    # prometheus-crds only downloads a module: build.sh prints no time for it.
+    tools = {"vllm-sim" if t == "sim" else t for t in default.group(1).split() if t != "prometheus-crds"}
+    assert set(_build_table()) == tools
+
+
+def test_the_first_build_time_the_pages_state_is_the_measured_one() -> None:
+    table = _build_table()
+    total = sum(table.values())
+    testing = " ".join(" ".join(line.split()) for _, line in docblocks.prose(docblocks.DOCS / "testing.md"))
+    stated = re.search(
+        r"In all (\d+) s, about (\d+) minutes: the control plane, kwok and the simulator (\d+) s", testing
+    )
+    assert stated, "docs/testing.md no longer sums the fresh build"
+    assert int(stated.group(1)) == total and int(stated.group(2)) == round(total / 60)
+    core = ("vllm-sim", "etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok")
+    assert int(stated.group(3)) == sum(table[t] for t in core)
+    for page in (ROOT / "README.md", docblocks.DOCS / "getting-started.md"):
+        text = " ".join(page.read_text().split())
+        minutes = re.findall(r"took (\d+) minutes on a busy 2-core machine", text)
+        assert minutes == [str(round(total / 60))], f"{page.name} states {minutes} minutes; measured {total} s"
+    readme = " ".join((ROOT / "README.md").read_text().split())
+    assert f"({round(sum(table[t] for t in core) / 60)} for the control plane, kwok and the simulator" in readme
