@@ -94,13 +94,15 @@ def generate() -> str:
         "",
         "**Editor support.** `deployctl schema` prints the profile's JSON Schema (draft 2020-12, generated "
         "from the same models as this page; the package ships it as `orchestrator/data/profile.schema.json`). "
-        "The examples in `profiles/` name it in their first line, so an editor with the YAML language server "
-        "completes keys and marks unknown ones. For profiles outside this repository, write the schema next "
-        "to them and add that line yourself:",
+        "The examples in `profiles/` name it in their first line, "
+        "`# yaml-language-server: $schema=profile.schema.json`, so an editor with the YAML language server "
+        "completes keys and marks unknown ones; `profiles/profile.schema.json` is that file, generated. The "
+        "name is relative to the profile, so the line keeps working in a copy once the schema is written "
+        "next to it (a profile of your own gets the same line):",
         "",
         "```bash",
+        "cp profiles/prod-tp4.yaml my-profile.yaml",
         "deployctl schema > profile.schema.json",
-        "sed -i '1i # yaml-language-server: $schema=./profile.schema.json' my-profile.yaml",
         "```",
         "",
     ]

@@ -16,6 +16,11 @@ Conventions the pages follow, so that the tests can read them:
   command. A line ending in `\\` continues on the next; so does an indented next line that starts
   with `[` or `--` (a synopsis such as `[--timeout S]`).
 - A trailing `# … exit N …` comment gives the exit code an offline command must return (default 0).
+- An HTML comment on the line right before a fence marks the block for the guide tests
+  (e2e/test_real_cluster_guide.py, tests/test_real_cluster_docs.py): `<!-- guide: file=NAME -->`,
+  the page tells the reader to save the block as NAME (offline commands then find it in their
+  working directory); `<!-- guide: illustrative … -->`, the block needs what a local test cannot
+  have (real GPUs, a registry, your node's name) and is not run.
 - Offline commands (validate, plan, render, version, completion, anything with --help) are run. A
   cluster command whose output a console block shows must be one that `make demo` runs, with output
   it printed: e2e/test_demo.py compares them, with times, numbers, pod names and hashes masked.
@@ -61,6 +66,7 @@ _FENCE = re.compile(r"^(\s*)(```+|~~~+)\s*([\w+-]*)")
 _COMMAND = re.compile(r"^\s*(?:\$\s+|-\s+(?:run:\s+)?|run:\s+)?(deployctl(?:\s.*)?)$")
 _LINK = re.compile(r"(?<!!)\[[^\]]*\]\(([^)\s]+)(?:\s+\"[^\"]*\")?\)")
 _HEADING = re.compile(r"^(#{1,6})\s+(.*?)\s*#*\s*$")
+_MARKER = re.compile(r"<!--\s*(guide:.*?)\s*-->")
 
 
 def pages() -> list[Path]:
@@ -74,6 +80,21 @@ class Block:
     line: int  # 1-based line of the first line inside the fence
     lang: str
     lines: list[str]
+    marker: str = ""  # the `guide: …` HTML comment right before the fence, without `<!--`/`-->`
+
+    @property
+    def text(self) -> str:
+        return "\n".join(self.lines) + "\n"
+
+    @property
+    def file(self) -> str | None:
+        """The name the page tells the reader to save the block as (`<!-- guide: file=NAME -->`)."""
+        found = re.fullmatch(r"guide: file=(\S+)", self.marker)
+        return found.group(1) if found else None
+
+    @property
+    def illustrative(self) -> bool:
+        return self.marker.startswith("guide: illustrative")
 
 
 @dataclass
@@ -143,11 +164,13 @@ def blocks(page: Path) -> list[Block]:
     found: list[Block] = []
     current: Block | None = None
     fence = ""
+    previous = ""
     for number, line in enumerate(page.read_text().splitlines(), start=1):
         match = _FENCE.match(line)
         if current is None and match:
             fence = match.group(2)
-            current = Block(page, number + 1, match.group(3).lower(), [])
+            marker = _MARKER.fullmatch(previous.strip())
+            current = Block(page, number + 1, match.group(3).lower(), [], marker.group(1) if marker else "")
         elif (
             current is not None
             and line.strip().startswith(fence[0] * len(fence))
@@ -157,6 +180,7 @@ def blocks(page: Path) -> list[Block]:
             current = None
         elif current is not None:
             current.lines.append(line)
+        previous = line
     return found
 
 
@@ -200,8 +224,12 @@ def run_offline(command: Command, workdir: Path) -> subprocess.CompletedProcess[
     """Run an offline command as a shell would, in ``workdir`` (where `profiles/` is the repo's).
 
     A kubeconfig that does not exist is set, so a command that tried to reach a cluster fails fast.
+    The blocks the page tells the reader to save (`<!-- guide: file=NAME -->`) are saved there.
     """
     (workdir / "profiles").symlink_to(ROOT / "profiles")
+    for block in blocks(command.page):
+        if block.file:
+            (workdir / block.file).write_text(block.text)
     venv_bin = Path(sys.executable).parent
     return subprocess.run(
         ["bash", "-c", command.shell_line],
