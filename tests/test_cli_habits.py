@@ -193,18 +193,34 @@ def test_audit_export_writes_yaml_that_audit_verify_reads_back(
     assert views._read_export(str(out)) == doc  # the timestamp stays a string, as hashed
 
 
-def test_diff_prints_each_objects_change_as_json_and_exits_1_on_changes(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_diff_prints_each_objects_change_as_json_and_exits_11_on_changes(monkeypatch: pytest.MonkeyPatch) -> None:
     objects = [
         {"kind": "Service", "name": "x", "namespace": "n", "change": "unchanged", "diff": ""},
         {"kind": "Deployment", "name": "x", "namespace": "n", "change": "update", "diff": "--- a\n+++ b\n"},
     ]
     monkeypatch.setattr(views, "diff_objects", Recorder(objects))
     result = run("diff", str(DEV), "-o", "json")
-    assert result.exit_code == 1
+    assert result.exit_code == 11
     assert json.loads(result.stdout) == {"changed": True, "objects": objects}
     monkeypatch.setattr(views, "diff_objects", Recorder(objects[:1]))
     same = run("diff", str(DEV), "-o", "yaml")
     assert same.exit_code == 0 and yaml.safe_load(same.stdout)["changed"] is False
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("diff", "--no-such-option", str(DEV)),  # click's usage error
+        ("diff", "/no/such/profile.yaml"),  # a missing file
+        ("diff", str(DEV), "--set", "engine.maxNumSeqs"),  # a --set without =VALUE
+    ],
+)
+def test_diff_usage_errors_never_exit_with_the_changes_code(monkeypatch: pytest.MonkeyPatch, args: tuple[str, ...]) -> None:
+    # CI branches on diff's code: 11 must mean "changes" and nothing else, and a usage error stays 1.
+    changed = [{"kind": "Deployment", "name": "x", "namespace": "n", "change": "update", "diff": "--- a\n+++ b\n"}]
+    monkeypatch.setattr(views, "diff_objects", Recorder(changed))
+    result = run(*args)
+    assert result.exit_code == 1, result.output
 
 
 # --- 2. the namespace rule ---------------------------------------------------------------------------
