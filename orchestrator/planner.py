@@ -329,7 +329,7 @@ def check(
     An invalid profile (vLLM would refuse it) raises InvalidProfile, exit 2; one that does not fit
     its GPUs raises DoesNotFit, exit 3, unless ``allow_unfit`` (``validate`` and ``plan`` report the
     verdict instead of raising; ``render --force`` writes it into the objects). Each problem names
-    its field and YAML line.
+    its field and YAML line, or the --set that gave it.
     """
     result = plan(profile, calibration)
     if result.verdict == "invalid":
@@ -347,8 +347,7 @@ def _problems(profile: profile_schema.Profile, result: Plan, severity: Severity,
     lines = [f"{profile.source}: {headline}:"]
     for f in result.findings:
         if f.severity == severity:
-            line = profile.line_of(f.field) if f.field else None
-            lines.append(f"  {f.field}{f' (line {line})' if line else ''}: {f.message}")
+            lines.append(f"  {f.field}{profile.where(f.field) if f.field else ''}: {f.message}")
     return "\n".join(lines)
 
 

@@ -567,6 +567,16 @@ def test_set_values_are_yaml_so_a_wrong_type_is_a_field_error_naming_the_set() -
     assert "engine.maxNumSeqs (from --set engine.maxNumSeqs=many)" in result.stderr
 
 
+def test_a_planner_refusal_of_a_set_value_names_the_set_not_the_files_line() -> None:
+    # The file's line 16 says tensorParallelSize: 2; pointing there would send the reader to a value that is fine.
+    result = run("validate", str(DEV), "--set", "engine.tensorParallelSize=3")
+    assert result.exit_code == ExitCode.INVALID_PROFILE, result.output
+    assert "engine.tensorParallelSize (from --set engine.tensorParallelSize=3): tensorParallelSize 3" in result.stderr
+    assert "(line" not in result.stderr
+    from_file = run("validate", "-", input=DEV.read_text().replace("tensorParallelSize: 2", "tensorParallelSize: 3"))
+    assert "engine.tensorParallelSize (line 16): tensorParallelSize 3" in from_file.stderr
+
+
 def test_an_unknown_set_path_names_the_key_and_the_set() -> None:
     result = run("validate", str(DEV), "--set", "engine.maxNumSeq=32")
     assert result.exit_code == ExitCode.INVALID_PROFILE
