@@ -227,8 +227,12 @@ def output_option(
     default: str = "text",
     aliases: Mapping[str, str] | None = None,
     old_meaning: str | None = None,
-    help: str = "text for people, json/yaml for pipelines.",
+    help: str | None = None,
 ) -> Callable[[F], F]:
+    if help is None:
+        # Said from the choices, so --help never offers a format -o refuses (bench has no yaml).
+        machine = "/".join(c for c in choices if c != "text")
+        help = f"text for people, {machine} for pipelines." if "text" in choices else f"{machine}."
     return click.option(
         "-o",
         "--output",

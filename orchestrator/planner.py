@@ -684,10 +684,13 @@ def _hardware_findings(c: _Context) -> list[Finding]:
         if eng.kind == "vllm":
             # Read from vLLM 0.33.0: FlashAttention takes fp8 KV only with FA3 on sm90 or FA4 on sm100
             # (fa_utils.flash_attn_supports_kv_cache_dtype); FlashInfer and Triton attention accept it on sm80.
+            version = eng.engine_version
+            # The profile's own version, and, for another one, which version the behaviour was read from.
+            read = "" if version.startswith("0.33.") else " (as read from vLLM 0.33's source)"
             how = (
-                "vLLM 0.33 still runs it, but FlashAttention reads fp8 KV only on Hopper/Blackwell, so vLLM falls "
-                "back to the FlashInfer or Triton attention backend, which store K/V as fp8 and convert them to "
-                "16-bit inside the kernel"
+                f"vLLM {version} runs it, but{read} FlashAttention reads fp8 KV only on Hopper/Blackwell, so vLLM "
+                "falls back to the FlashInfer or Triton attention backend, which store K/V as fp8 and convert "
+                "them to 16-bit inside the kernel"
             )
         else:
             how = (

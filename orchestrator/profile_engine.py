@@ -164,9 +164,10 @@ class EngineSpec(profile_base.Model):
         secret = next((a for a in v if vllm_flags.normalize(a) == "--api-key"), None)  # also --api_key
         if secret is not None:
             raise ValueError(
-                "--api-key in extraArgs would put a secret into the profile and the release records; "
-                "authenticate in front of the Service instead (docs/airgap.md); the gate's port-forward reaches the "
-                "pods behind it"
+                "--api-key in extraArgs would put a secret into the profile and the release records; vLLM reads the "
+                "same key from VLLM_API_KEY: set it from a Secret with engine.env (valueFrom.secretKeyRef) and name "
+                "that Secret in gate.apiKeySecret so the gate sends the key (profiles/prod-tp4-api-key.yaml does "
+                "both; docs/airgap.md)"
             )
         if "kind" not in info.data:
             return v  # the kind is invalid, and says so itself

@@ -627,6 +627,30 @@ def test_gate_records_the_effective_profile_too(monkeypatch: pytest.MonkeyPatch)
 # --- 7. help and completion ----------------------------------------------------------------------------
 
 
+def _commands(group: click.Group, prefix: str = "") -> list[tuple[str, click.Command]]:
+    found: list[tuple[str, click.Command]] = []
+    for name, cmd in group.commands.items():
+        found.append((prefix + name, cmd))
+        if isinstance(cmd, click.Group):
+            found += _commands(cmd, f"{prefix}{name} ")
+    return found
+
+
+def test_no_output_help_offers_a_format_the_option_refuses() -> None:
+    checked = 0
+    for name, cmd in _commands(cli.main):
+        for param in cmd.params:
+            if param.name != "output_format" or not isinstance(param, click.Option):
+                continue
+            choices = set(param.type.choices)  # type: ignore[attr-defined]
+            offered = set(re.findall(r"\b(text|json|yaml|table)\b", param.help or ""))
+            assert offered <= choices, f"deployctl {name} -o: help offers {offered - choices}, -o takes {choices}"
+            checked += 1
+    assert checked > 10
+    assert run("bench", "--url", "http://x", "-o", "yaml").exit_code == ExitCode.USAGE
+    assert "yaml" not in run("bench", "--help").stdout.split("--output", 1)[1].split("\n  -")[0]
+
+
 def test_top_level_help_shows_every_command_description_whole() -> None:
     text = run("--help").stdout.split("\n", 1)[1]  # after the usage line, which ends in [ARGS]...
     assert "..." not in text
