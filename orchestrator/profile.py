@@ -235,12 +235,40 @@ class HardwareSpec(_Model):
 
 
 class Toleration(_Model):
-    key: str | None = Field(default=None, description="Taint key; unset with Exists matches every taint.")
+    key: str | None = Field(
+        default=None,
+        description="Taint key. Unset matches every taint (of `effect`, if set), so it needs `operator: Exists` "
+        "written out: a toleration that only sets an effect is refused, not read as tolerate-everything.",
+    )
     operator: Literal["Exists", "Equal"] = Field(default="Exists", description="How the value is compared.")
     value: str | None = Field(default=None, description="Taint value, with operator Equal.")
     effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = Field(
         default=None, description="Taint effect; unset matches all."
     )
+
+    @pydantic.model_validator(mode="after")
+    def _key_or_everything_on_purpose(self) -> Toleration:
+        # The API server's rules (ValidateTolerations), and one of ours: a toleration without a key
+        # tolerates every taint (of its effect), so the operator that says so must be written, not defaulted.
+        if not self.key and self.operator == "Equal":
+            raise profile_base.field_error(
+                ("operator",),
+                "a toleration without a key must use operator Exists (Kubernetes refuses Equal there); "
+                "name the taint's key, e.g. key: nvidia.com/gpu",
+            )
+        if not self.key and "operator" not in self.model_fields_set:
+            matched = f"every {self.effect} taint" if self.effect else "every taint of every effect"
+            raise profile_base.field_error(
+                ("key",),
+                f"a toleration without a key tolerates {matched} on any node; name the taint's key "
+                "(e.g. key: nvidia.com/gpu), or write operator: Exists to tolerate them all on purpose",
+            )
+        if self.operator == "Exists" and self.value:
+            raise profile_base.field_error(
+                ("value",), "operator Exists matches any value, so value must be empty (Kubernetes refuses it); "
+                "remove value, or use operator: Equal"
+            )
+        return self
 
 
 class NodeLabel(_Model):

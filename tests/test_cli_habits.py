@@ -547,7 +547,7 @@ def test_set_reaches_lists_and_quoted_slo_strings() -> None:
         "validate",
         str(DEV),
         "--set",
-        "placement.tolerations[0].key=nvidia.com/gpu",
+        "placement.tolerations[1].key=dedicated",
         "--set",
         "gate.smoke.slo.p95_ttft_ms=<=2000",
         "-o",
@@ -555,9 +555,9 @@ def test_set_reaches_lists_and_quoted_slo_strings() -> None:
     )
     assert result.exit_code == 0, result.output
     loaded = cli_options.load_profile(
-        str(DEV), ("placement.tolerations[0].key=nvidia.com/gpu", "gate.smoke.slo.p95_ttft_ms=<=2000")
+        str(DEV), ("placement.tolerations[1].key=dedicated", "gate.smoke.slo.p95_ttft_ms=<=2000")
     ).profile
-    assert loaded.placement.tolerations[0].key == "nvidia.com/gpu"
+    assert [t.key for t in loaded.placement.tolerations] == ["nvidia.com/gpu", "dedicated"]
     assert loaded.gate.smoke.slo["p95_ttft_ms"] == "<=2000"
 
 
@@ -590,7 +590,8 @@ def test_an_unknown_set_path_names_the_key_and_the_set() -> None:
     [
         ("engine", "expected KEY=VALUE"),
         ("engine.maxNumSeqs.x=1", "engine.maxNumSeqs holds a int, not a mapping"),
-        ("placement.tolerations[5].key=x", "placement.tolerations has 0 item(s); set [0] to add one"),
+        ("placement.tolerations[5].key=x", "placement.tolerations has 1 item(s); set [1] to add one"),
+        ("placement.tolerations[0].key=x", "holds its default, [{key: nvidia.com/gpu, operator: Exists"),
         ("engine..x=1", "is not a profile path"),
     ],
 )
@@ -598,6 +599,67 @@ def test_a_malformed_set_is_a_usage_error_naming_it(setting: str, words: str) ->
     result = run("validate", str(DEV), "--set", setting)
     assert result.exit_code == ExitCode.USAGE, result.output
     assert f"--set {setting}" in result.stderr and words in result.stderr
+
+
+def _tolerations(*sets: str) -> list[dict[str, Any]]:
+    args = [a for s in sets for a in ("--set", s)]
+    tolerations: list[dict[str, Any]] = _deployment(run("render", str(DEV), "-o", "json", *args))["spec"]["template"][
+        "spec"
+    ]["tolerations"]
+    return tolerations
+
+
+GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+
+
+def test_an_index_past_the_default_toleration_adds_one_and_keeps_the_gpu_toleration() -> None:
+    assert _tolerations() == [GPU_TOLERATION]
+    added = _tolerations("placement.tolerations[1].key=dedicated", "placement.tolerations[1].effect=NoSchedule")
+    assert added == [GPU_TOLERATION, {"key": "dedicated", "operator": "Exists", "effect": "NoSchedule"}]
+
+
+@pytest.mark.parametrize(
+    "setting",
+    [
+        "placement.tolerations[0].key=x",  # the docs' old example: it silently dropped the GPU toleration
+        "placement.tolerations[0].effect=NoExecute",
+    ],
+)
+def test_an_index_into_a_default_toleration_is_refused_showing_the_default(setting: str) -> None:
+    result = run("render", str(DEV), "--set", setting)
+    assert result.exit_code == ExitCode.USAGE and "apiVersion" not in result.stdout  # nothing rendered
+    message = " ".join(result.stderr.split())
+    assert f"--set {setting}: the profile does not write placement.tolerations" in message
+    assert "[{key: nvidia.com/gpu, operator: Exists, effect: NoSchedule}]" in message
+    assert "use [1]" in message and "--set 'placement.tolerations=[…]'" in message
+    # Seeding the default by an append first does not make its item editable by index.
+    again = run("validate", str(DEV), "--set", "placement.tolerations[1].key=a", "--set", setting)
+    assert again.exit_code == ExitCode.USAGE and "holds its default" in again.stderr
+
+
+def test_a_list_given_whole_replaces_the_default_on_purpose() -> None:
+    whole = "placement.tolerations=[{key: dedicated, operator: Exists}]"
+    assert _tolerations(whole) == [{"key": "dedicated", "operator": "Exists"}]
+    assert _tolerations(whole, "placement.tolerations[0].effect=NoSchedule")[0]["effect"] == "NoSchedule"
+
+
+def test_an_index_into_a_list_the_profile_writes_edits_the_profiles_item() -> None:
+    text = DEV.read_text() + "placement:\n  tolerations:\n  - {key: pool, operator: Equal, value: a}\n"
+    result = run("render", "-", "-o", "json", "--set", "placement.tolerations[0].value=b", input=text)
+    tolerations = _deployment(result)["spec"]["template"]["spec"]["tolerations"]
+    assert tolerations == [{"key": "pool", "operator": "Equal", "value": "b"}]
+
+
+def test_a_toleration_with_only_an_effect_is_refused_naming_the_set() -> None:
+    result = run("validate", str(DEV), "--set", "placement.tolerations[1].effect=NoExecute")
+    assert result.exit_code == ExitCode.INVALID_PROFILE, result.output
+    assert (
+        "placement.tolerations.1.key (from --set placement.tolerations[1].effect=NoExecute): a toleration without "
+        "a key tolerates every NoExecute taint"
+    ) in " ".join(result.stderr.split())
+    assert "operator: Exists" in result.stderr
+    on_purpose = run("validate", str(DEV), "--set", "placement.tolerations[1]={effect: NoExecute, operator: Exists}")
+    assert on_purpose.exit_code == 0, on_purpose.output
 
 
 def test_apply_records_the_effective_profile_with_its_overrides(fake_apply: Recorder) -> None:
