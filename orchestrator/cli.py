@@ -213,11 +213,12 @@ def render(
         emit.objects([profile_mod.to_object(prof)])
         return
     key_secret = prof.gate.apiKeySecret.name if prof.gate.apiKeySecret else None
-    emit.objects(
-        render_mod.rbac(prof.metadata.namespace, api_key_secret=key_secret)
-        if fmt == "rbac"
-        else render_mod.render(prof, plan)
-    )
+    objects = render_mod.render(prof, plan)
+    if fmt == "rbac":
+        # The Role grants what this profile's objects need: no RayCluster writes for a single-node profile.
+        kinds = {o["kind"] for o in objects}
+        objects = render_mod.rbac(prof.metadata.namespace, api_key_secret=key_secret, kinds=kinds)
+    emit.objects(objects)
 
 
 class _Emitter:
