@@ -14,7 +14,7 @@ from typing import Any
 import click
 
 import orchestrator
-from orchestrator import bench_cli, cli_options, cli_schema, cli_uninstall, cli_views, errors, output
+from orchestrator import bench_cli, cli_flags, cli_options, cli_schema, cli_uninstall, cli_views, errors, output
 from orchestrator.errors import ExitCode
 
 VERSION = orchestrator.__version__
@@ -513,6 +513,7 @@ for _command in (
     cli_views.audit,
     cli_schema.schema,
     cli_uninstall.uninstall,
+    cli_flags.engine_flags,
 ):
     main.add_command(_command)
 # Last: every option of every command, including those added above, reads DEPLOYCTL_<COMMAND>_<OPTION>.

@@ -265,8 +265,9 @@ class Toleration(_Model):
             )
         if self.operator == "Exists" and self.value:
             raise profile_base.field_error(
-                ("value",), "operator Exists matches any value, so value must be empty (Kubernetes refuses it); "
-                "remove value, or use operator: Equal"
+                ("value",),
+                "operator Exists matches any value, so value must be empty (Kubernetes refuses it); "
+                "remove value, or use operator: Equal",
             )
         return self
 

@@ -10,8 +10,7 @@ import re
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict
-from pydantic_core import PydanticUndefined
-from pydantic_core import PydanticCustomError
+from pydantic_core import PydanticCustomError, PydanticUndefined
 
 DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 DIGEST = re.compile(r"@sha256:[0-9a-f]{64}$")

@@ -175,10 +175,14 @@ class EngineSpec(profile_base.Model):
         version = _engine_version(engine, info.data.get("version"), info.data.get("vllmVersion"))
         known = engine.versions()
         if version not in known:
-            generator = "gen_vllm_flags.py" if engine.kind == "vllm" else f"gen_engine_flags.py {engine.kind}"
+            how = (
+                vllm_flags.how_to_add(version)
+                if engine.kind == "vllm"
+                else f"generate one with scripts/gen_engine_flags.py {engine.kind} {version}"
+            )
             raise ValueError(
                 f"cannot check extraArgs: deployctl has no flag list for {engine.title} {version} (known: "
-                f"{', '.join(known)}); generate one with scripts/{generator} {version}"
+                f"{', '.join(known)}); {how}"
             )
         problems = engine.check_extra_args(v, version)
         if problems:

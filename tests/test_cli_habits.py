@@ -20,7 +20,7 @@ import pytest
 import yaml
 from click.core import ParameterSource
 
-from orchestrator import cli, cli_options, gitops, output, pipeline, profile, views
+from orchestrator import cli, cli_options, gitops, output, pipeline, profile, views, vllm_flags
 from orchestrator.errors import ExitCode
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
@@ -32,6 +32,7 @@ UPDATE = bool(os.environ.get("DEPLOYCTL_UPDATE_GOLDEN"))
 
 # Commands that print data, and so take -o/--output.
 PRINTS_DATA = {
+    "engine-flags list",
     "validate",
     "plan",
     "render",
@@ -215,7 +216,9 @@ def test_diff_prints_each_objects_change_as_json_and_exits_11_on_changes(monkeyp
         ("diff", str(DEV), "--set", "engine.maxNumSeqs"),  # a --set without =VALUE
     ],
 )
-def test_diff_usage_errors_never_exit_with_the_changes_code(monkeypatch: pytest.MonkeyPatch, args: tuple[str, ...]) -> None:
+def test_diff_usage_errors_never_exit_with_the_changes_code(
+    monkeypatch: pytest.MonkeyPatch, args: tuple[str, ...]
+) -> None:
     # CI branches on diff's code: 11 must mean "changes" and nothing else, and a usage error stays 1.
     changed = [{"kind": "Deployment", "name": "x", "namespace": "n", "change": "update", "diff": "--- a\n+++ b\n"}]
     monkeypatch.setattr(views, "diff_objects", Recorder(changed))
@@ -400,7 +403,7 @@ def _documented_variables() -> set[str]:
 
 
 def test_every_variable_docs_cli_names_is_one_deployctl_reads() -> None:
-    honoured = {cli_options.NAMESPACE_ENV}
+    honoured = {cli_options.NAMESPACE_ENV, vllm_flags.FLAGS_DIR_ENV}  # read directly, not through an option
     for _path, cmd in cli_options.walk(cli.main):
         for option in cmd.params:
             if isinstance(option, click.Option) and option.envvar:
@@ -422,7 +425,7 @@ def test_docs_cli_lists_every_commands_variables() -> None:
             if isinstance(o, click.Option) and not o.hidden and o.name != "help"
         ]
         if names:
-            prefix = "_".join(["DEPLOYCTL", *path]).upper() + "_"
+            prefix = "_".join(["DEPLOYCTL", *path]).upper().replace("-", "_") + "_"
             cells = ", ".join(f"`{n.removeprefix(prefix)}`" for n in names)
             rows.append(f"| `{' '.join(path)}` (`{prefix}…`) | {cells} |")
     table = "\n".join(rows)

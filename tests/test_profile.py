@@ -218,7 +218,7 @@ def test_a_toleration_that_tolerates_more_than_it_says_is_refused_at_its_line(to
     text = _minimal() + f"placement:\n  tolerations:\n  - {toleration}\n"
     message = _error(text)
     line = text.splitlines().index(f"  - {toleration}") + 1
-    assert f"placement.tolerations.0." in message and f"(line {line})" in message and expected in message
+    assert "placement.tolerations.0." in message and f"(line {line})" in message and expected in message
 
 
 def test_a_keyless_toleration_that_says_exists_tolerates_everything_on_purpose() -> None:
