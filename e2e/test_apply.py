@@ -248,7 +248,7 @@ def test_diff_shows_the_change_a_new_profile_would_make(env: ReleaseEnv) -> None
     assert deployctl(env.kubeconfig, "diff", str(same)).code == 0
     changed = write_profile(env.tmp, profile(env.namespace, engine={"maxNumSeqs": 8}), "changed.yaml")
     result = deployctl(env.kubeconfig, "diff", str(changed))
-    assert result.code == 1, result.stderr
+    assert result.code == 11, result.stderr  # 11: changes (1 would be a usage error)
     assert (
         "Deployment/llm" in result.stdout and "+" in result.stdout and "'8'" in result.stdout
     ) or '"8"' in result.stdout

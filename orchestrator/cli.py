@@ -14,7 +14,7 @@ from typing import Any
 import click
 
 import orchestrator
-from orchestrator import bench_cli, cli_options, cli_schema, cli_uninstall, cli_views, errors, output
+from orchestrator import bench_cli, cli_flags, cli_options, cli_schema, cli_uninstall, cli_views, errors, output
 from orchestrator.errors import ExitCode
 
 VERSION = orchestrator.__version__
@@ -219,11 +219,12 @@ def render(
         emit.objects([profile_mod.to_object(prof)])
         return
     key_secret = prof.gate.apiKeySecret.name if prof.gate.apiKeySecret else None
-    emit.objects(
-        render_mod.rbac(prof.metadata.namespace, api_key_secret=key_secret)
-        if fmt == "rbac"
-        else render_mod.render(prof, plan)
-    )
+    objects = render_mod.render(prof, plan)
+    if fmt == "rbac":
+        # The Role grants what this profile's objects need: no RayCluster writes for a single-node profile.
+        kinds = {o["kind"] for o in objects}
+        objects = render_mod.rbac(prof.metadata.namespace, api_key_secret=key_secret, kinds=kinds)
+    emit.objects(objects)
 
 
 class _Emitter:
@@ -526,6 +527,7 @@ for _command in (
     cli_views.audit,
     cli_schema.schema,
     cli_uninstall.uninstall,
+    cli_flags.engine_flags,
 ):
     main.add_command(_command)
 # Last: every option of every command, including those added above, reads DEPLOYCTL_<COMMAND>_<OPTION>.

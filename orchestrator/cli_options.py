@@ -227,8 +227,12 @@ def output_option(
     default: str = "text",
     aliases: Mapping[str, str] | None = None,
     old_meaning: str | None = None,
-    help: str = "text for people, json/yaml for pipelines.",
+    help: str | None = None,
 ) -> Callable[[F], F]:
+    if help is None:
+        # Said from the choices, so --help never offers a format -o refuses (bench has no yaml).
+        machine = "/".join(c for c in choices if c != "text")
+        help = f"text for people, {machine} for pipelines." if "text" in choices else f"{machine}."
     return click.option(
         "-o",
         "--output",
@@ -336,8 +340,11 @@ def set_option(fn: F) -> F:
         "sets",
         multiple=True,
         metavar="KEY=VALUE",
-        help="Override a profile field before validation, e.g. --set engine.maxNumSeqs=32 or "
-        "--set placement.tolerations[0].key=x (repeatable; VALUE is read as YAML: quote it to force a string).",
+        help="Override a profile field before validation, e.g. --set engine.maxNumSeqs=32 (repeatable; VALUE is "
+        "read as YAML: quote it to force a string). [N] indexes the effective list, defaults included: "
+        "--set placement.tolerations[1].key=dedicated adds a toleration after the default nvidia.com/gpu one; "
+        "[0] of a list the profile does not write is refused; replace a list whole with "
+        "--set 'placement.tolerations=[{key: dedicated, operator: Exists}]'.",
     )(fn)
 
 
@@ -372,6 +379,7 @@ def load_profile(path: str, sets: Sequence[str] = (), namespace: Namespace | Non
     the environment and the context; ``-n`` that contradicts it is an error naming both.
     """
     from orchestrator import profile as profile_mod
+    from orchestrator import profile_base
 
     raw, source, base_dir = read_profile_bytes(path)
     parsed = overrides.parse_all(sets)
@@ -379,7 +387,7 @@ def load_profile(path: str, sets: Sequence[str] = (), namespace: Namespace | Non
     effective: list[strictyaml.Document] = []
 
     def hook(doc: strictyaml.Document) -> strictyaml.Document:
-        doc = overrides.apply(doc, parsed)
+        doc = overrides.apply(doc, parsed, functools.partial(profile_base.field_default, profile_mod.Profile))
         if namespace is not None:
             doc = _with_namespace(doc, namespace, source, changes)
         effective.append(doc)

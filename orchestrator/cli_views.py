@@ -106,7 +106,10 @@ def diff(
     context: str | None,
     output_format: str,
 ) -> None:
-    """Server-side dry-run against the live objects, as a unified diff (exit 0: none, 1: changes)."""
+    """Server-side dry-run against the live objects, as a unified diff.
+
+    Exit 0: no changes; 11: changes (kubectl diff's 1, moved: 1 is a usage error here); others: errors.
+    """
     from orchestrator import planner, views
 
     ns = cli_options.resolve_namespace(namespace, kubeconfig, context)
@@ -119,7 +122,7 @@ def diff(
     else:
         text = "".join(o["diff"] for o in objects)
         click.echo(text or "no changes", nl=bool(not text) or not text.endswith("\n"))
-    sys.exit(1 if changed else 0)
+    sys.exit(int(ExitCode.DIFF_CHANGES if changed else ExitCode.OK))
 
 
 @click.command()

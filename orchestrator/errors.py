@@ -23,6 +23,9 @@ class ExitCode(enum.IntEnum):
     LOCKED = 8
     AUDIT_FAILED = 9  # the release chain does not verify
     GATE_FAILED = 10  # `deployctl gate` (GitOps): the synced revision failed its gate; nothing was rolled back
+    # `deployctl diff` found changes. Not kubectl's 1: here 1 is a usage error for every command, and CI
+    # must tell "the live objects differ" from "the command was wrong" (docs/cli.md#exit-codes).
+    DIFF_CHANGES = 11
 
 
 class DeployctlError(Exception):

@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import yaml
@@ -79,14 +79,27 @@ def _split_dots(key: str) -> list[str]:
     return parts
 
 
-def apply(doc: strictyaml.Document, items: Sequence[Override]) -> strictyaml.Document:
-    """A new document with each override set, in order; the overridden paths remember their ``--set``."""
+# The default of a field the document does not write (a list's default items), by its path; None: none.
+Defaults = Callable[[strictyaml.Path], Any]
+
+
+def apply(doc: strictyaml.Document, items: Sequence[Override], defaults: Defaults | None = None) -> strictyaml.Document:
+    """A new document with each override set, in order; the overridden paths (and list items a ``--set``
+    added) remember their ``--set``.
+
+    ``[N]`` addresses the effective list: the file's, or, where the file writes none, the field's default
+    (``placement.tolerations`` holds the ``nvidia.com/gpu`` toleration). One past the end adds an item and
+    keeps the default ones; an index into a default item is refused, since it would silently change or drop
+    a default the user never saw: replacing the list is said whole, ``--set 'KEY=[…]'``.
+    """
     if not items:
         return doc
     data: dict[str, Any] = _copy(doc.data)
     origins = dict(doc.origins)
+    seeded: dict[strictyaml.Path, int] = {}  # lists filled from their default -> how many default items
     for item in items:
-        _set(data, item)
+        for added in _set(data, item, defaults or (lambda _path: None), seeded):
+            origins.setdefault(added, f"--set {item.text}")
         origins[item.path] = f"--set {item.text}"
     return strictyaml.Document(data, doc.lines, origins)
 
@@ -99,15 +112,20 @@ def _copy(value: Any) -> Any:
     return value
 
 
-def _set(data: dict[str, Any], item: Override) -> None:
+def _set(data: dict[str, Any], item: Override, defaults: Defaults, seeded: dict[strictyaml.Path, int]) -> list[Any]:
+    """Set ``item`` in ``data``; return the paths of the list items it added."""
     node: Any = data
+    added: list[Any] = []
     for depth, part in enumerate(item.path):
         last = depth == len(item.path) - 1
         nxt = item.path[depth + 1] if not last else None
-        where = _dotted(item.path[:depth]) or "the profile"
+        here = item.path[:depth]
+        where = _dotted(here) or "the profile"
         if isinstance(part, int):
             if not isinstance(node, list):
                 raise errors.UsageError(f"--set {item.text}: {where} is not a list, so [{part}] cannot index it")
+            if part < seeded.get(here, 0):
+                raise _default_item(item, here, node[: seeded[here]], part)
             if part > len(node):
                 raise errors.UsageError(
                     f"--set {item.text}: {where} has {len(node)} item(s); set [{len(node)}] to add one, "
@@ -115,18 +133,35 @@ def _set(data: dict[str, Any], item: Override) -> None:
                 )
             if part == len(node):
                 node.append(None)
+                added.append(item.path[: depth + 1])
         elif not isinstance(node, dict):
             raise errors.UsageError(
                 f"--set {item.text}: {where} holds a {type(node).__name__}, not a mapping, so it has no key {part!r}"
             )
         if last:
             node[part] = item.value
-            return
+            return added
         child = node[part] if (isinstance(part, int) or part in node) else None
         if child is None:
-            child = [] if isinstance(nxt, int) else {}
+            child = {}
+            if isinstance(nxt, int):
+                child = _copy(defaults(item.path[: depth + 1]) or [])
+                if child:
+                    seeded[item.path[: depth + 1]] = len(child)
             node[part] = child
         node = child
+    return added
+
+
+def _default_item(item: Override, path: strictyaml.Path, default: list[Any], index: int) -> errors.UsageError:
+    shown = yaml.safe_dump(default, default_flow_style=True, sort_keys=False, width=1_000_000).strip()
+    name = _dotted(path)
+    return errors.UsageError(
+        f"--set {item.text}: the profile does not write {name}, so it holds its default, {shown}, and [{index}] "
+        f"would change that default item instead of adding yours. To add an item and keep the default, use "
+        f"[{len(default)}] (e.g. --set {name}[{len(default)}].key=…); to replace the list on purpose, give it whole: "
+        f"--set '{name}=[…]' (with the default item in it, if you still want it)"
+    )
 
 
 def _dotted(path: strictyaml.Path) -> str:

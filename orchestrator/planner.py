@@ -329,7 +329,7 @@ def check(
     An invalid profile (vLLM would refuse it) raises InvalidProfile, exit 2; one that does not fit
     its GPUs raises DoesNotFit, exit 3, unless ``allow_unfit`` (``validate`` and ``plan`` report the
     verdict instead of raising; ``render --force`` writes it into the objects). Each problem names
-    its field and YAML line.
+    its field and YAML line, or the --set that gave it.
     """
     result = plan(profile, calibration)
     if result.verdict == "invalid":
@@ -347,8 +347,7 @@ def _problems(profile: profile_schema.Profile, result: Plan, severity: Severity,
     lines = [f"{profile.source}: {headline}:"]
     for f in result.findings:
         if f.severity == severity:
-            line = profile.line_of(f.field) if f.field else None
-            lines.append(f"  {f.field}{f' (line {line})' if line else ''}: {f.message}")
+            lines.append(f"  {f.field}{profile.where(f.field) if f.field else ''}: {f.message}")
     return "\n".join(lines)
 
 
@@ -685,10 +684,13 @@ def _hardware_findings(c: _Context) -> list[Finding]:
         if eng.kind == "vllm":
             # Read from vLLM 0.33.0: FlashAttention takes fp8 KV only with FA3 on sm90 or FA4 on sm100
             # (fa_utils.flash_attn_supports_kv_cache_dtype); FlashInfer and Triton attention accept it on sm80.
+            version = eng.engine_version
+            # The profile's own version, and, for another one, which version the behaviour was read from.
+            read = "" if version.startswith("0.33.") else " (as read from vLLM 0.33's source)"
             how = (
-                "vLLM 0.33 still runs it, but FlashAttention reads fp8 KV only on Hopper/Blackwell, so vLLM falls "
-                "back to the FlashInfer or Triton attention backend, which store K/V as fp8 and convert them to "
-                "16-bit inside the kernel"
+                f"vLLM {version} runs it, but{read} FlashAttention reads fp8 KV only on Hopper/Blackwell, so vLLM "
+                "falls back to the FlashInfer or Triton attention backend, which store K/V as fp8 and convert "
+                "them to 16-bit inside the kernel"
             )
         else:
             how = (

@@ -235,12 +235,41 @@ class HardwareSpec(_Model):
 
 
 class Toleration(_Model):
-    key: str | None = Field(default=None, description="Taint key; unset with Exists matches every taint.")
+    key: str | None = Field(
+        default=None,
+        description="Taint key. Unset matches every taint (of `effect`, if set), so it needs `operator: Exists` "
+        "written out: a toleration that only sets an effect is refused, not read as tolerate-everything.",
+    )
     operator: Literal["Exists", "Equal"] = Field(default="Exists", description="How the value is compared.")
     value: str | None = Field(default=None, description="Taint value, with operator Equal.")
     effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = Field(
         default=None, description="Taint effect; unset matches all."
     )
+
+    @pydantic.model_validator(mode="after")
+    def _key_or_everything_on_purpose(self) -> Toleration:
+        # The API server's rules (ValidateTolerations), and one of ours: a toleration without a key
+        # tolerates every taint (of its effect), so the operator that says so must be written, not defaulted.
+        if not self.key and self.operator == "Equal":
+            raise profile_base.field_error(
+                ("operator",),
+                "a toleration without a key must use operator Exists (Kubernetes refuses Equal there); "
+                "name the taint's key, e.g. key: nvidia.com/gpu",
+            )
+        if not self.key and "operator" not in self.model_fields_set:
+            matched = f"every {self.effect} taint" if self.effect else "every taint of every effect"
+            raise profile_base.field_error(
+                ("key",),
+                f"a toleration without a key tolerates {matched} on any node; name the taint's key "
+                "(e.g. key: nvidia.com/gpu), or write operator: Exists to tolerate them all on purpose",
+            )
+        if self.operator == "Exists" and self.value:
+            raise profile_base.field_error(
+                ("value",),
+                "operator Exists matches any value, so value must be empty (Kubernetes refuses it); "
+                "remove value, or use operator: Equal",
+            )
+        return self
 
 
 class NodeLabel(_Model):
@@ -498,6 +527,8 @@ class Profile(_Model):
 
     _base_dir: pathlib.Path = PrivateAttr(default_factory=pathlib.Path.cwd)
     _lines: dict[tuple[str | int, ...], int] = PrivateAttr(default_factory=dict)
+    # Paths set from outside the file (--set, -n) -> what set them: a message names that, not a line.
+    _origins: dict[tuple[str | int, ...], str] = PrivateAttr(default_factory=dict)
     _source: str = PrivateAttr(default="<profile>")
 
     @property
@@ -512,12 +543,23 @@ class Profile(_Model):
 
     def line_of(self, field: str) -> int | None:
         """1-based YAML line of a dotted field path (or of its nearest written parent)."""
-        path: tuple[str | int, ...] = tuple(int(p) if p.isdigit() else p for p in field.split(".") if p)
+        path = _field_path(field)
         for cut in range(len(path), 0, -1):
             line = self._lines.get(path[:cut])
             if line is not None:
                 return line
         return None
+
+    def where(self, field: str) -> str:
+        """Where a message should send the reader for ``field``: `` (from --set …)`` when a --set (or -n)
+        gave it, else `` (line N)`` of the file, else nothing."""
+        path = _field_path(field)
+        for cut in range(len(path), 0, -1):
+            origin = self._origins.get(path[:cut])
+            if origin is not None:
+                return f" (from {origin})"
+        line = self.line_of(field)
+        return f" (line {line})" if line else ""
 
     @property
     def gpus_per_copy(self) -> int:
@@ -573,6 +615,12 @@ class Profile(_Model):
         return hashlib.sha256(canonical.encode()).hexdigest()
 
 
+def _field_path(field: str) -> tuple[str | int, ...]:
+    """``engine.extraArgs.0`` or ``placement.tolerations[0].key`` as a document path."""
+    parts = field.replace("[", ".").replace("]", "").split(".")
+    return tuple(int(p) if p.isdigit() else p for p in parts if p)
+
+
 # --- loading ---------------------------------------------------------------------------------
 
 
@@ -614,6 +662,7 @@ def loads(
         raise errors.InvalidProfile(profile_errors.describe(e, doc, source, Profile)) from e
     profile._base_dir = base_dir or pathlib.Path.cwd()
     profile._lines = dict(doc.lines)
+    profile._origins = dict(doc.origins)
     profile._source = source
     return profile
 

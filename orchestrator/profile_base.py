@@ -7,9 +7,10 @@ Kept apart from orchestrator/profile.py so the sections split into their own mod
 from __future__ import annotations
 
 import re
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict
-from pydantic_core import PydanticCustomError
+from pydantic_core import PydanticCustomError, PydanticUndefined
 
 DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 DIGEST = re.compile(r"@sha256:[0-9a-f]{64}$")
@@ -77,3 +78,43 @@ FIELD_ERROR = "deployctl_field"
 def field_error(at: Loc, message: str) -> PydanticCustomError:
     """An error about the field ``at`` below the one being validated (profile_errors extends the path)."""
     return PydanticCustomError(FIELD_ERROR, "{reason}", {"reason": message, "at": at})
+
+
+def field_default(root: type[BaseModel], path: Loc) -> Any:
+    """The default of the field at ``path`` below ``root`` as a document would write it (list items as
+    mappings of what their default says), or None when the path names no field or it has no default.
+    ``--set`` uses it to index a list the profile leaves at its default (orchestrator/overrides.py)."""
+    model: type[BaseModel] | None = root
+    field = None
+    for part in path:
+        if isinstance(part, int):
+            continue  # an item of a list: its model is the list's item type
+        if model is None or (field := model.model_fields.get(part)) is None:
+            return None
+        model = _model_in(field.annotation)
+    if field is None:
+        return None
+    value = field.get_default(call_default_factory=True)
+    if value is PydanticUndefined:
+        return None
+    return _as_written(value)
+
+
+def _as_written(value: Any) -> Any:
+    if isinstance(value, BaseModel):
+        return value.model_dump(mode="json", exclude_unset=True)  # what the default says, not every field
+    if isinstance(value, list):
+        return [_as_written(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _as_written(v) for k, v in value.items()}
+    return value
+
+
+def _model_in(annotation: Any) -> type[BaseModel] | None:
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    for arg in getattr(annotation, "__args__", ()):
+        found = _model_in(arg)
+        if found is not None:
+            return found
+    return None

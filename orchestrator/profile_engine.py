@@ -164,9 +164,10 @@ class EngineSpec(profile_base.Model):
         secret = next((a for a in v if vllm_flags.normalize(a) == "--api-key"), None)  # also --api_key
         if secret is not None:
             raise ValueError(
-                "--api-key in extraArgs would put a secret into the profile and the release records; "
-                "authenticate in front of the Service instead (docs/airgap.md); the gate's port-forward reaches the "
-                "pods behind it"
+                "--api-key in extraArgs would put a secret into the profile and the release records; vLLM reads the "
+                "same key from VLLM_API_KEY: set it from a Secret with engine.env (valueFrom.secretKeyRef) and name "
+                "that Secret in gate.apiKeySecret so the gate sends the key (profiles/prod-tp4-api-key.yaml does "
+                "both; docs/airgap.md)"
             )
         if "kind" not in info.data:
             return v  # the kind is invalid, and says so itself
@@ -174,10 +175,14 @@ class EngineSpec(profile_base.Model):
         version = _engine_version(engine, info.data.get("version"), info.data.get("vllmVersion"))
         known = engine.versions()
         if version not in known:
-            generator = "gen_vllm_flags.py" if engine.kind == "vllm" else f"gen_engine_flags.py {engine.kind}"
+            how = (
+                vllm_flags.how_to_add(version)
+                if engine.kind == "vllm"
+                else f"generate one with scripts/gen_engine_flags.py {engine.kind} {version}"
+            )
             raise ValueError(
                 f"cannot check extraArgs: deployctl has no flag list for {engine.title} {version} (known: "
-                f"{', '.join(known)}); generate one with scripts/{generator} {version}"
+                f"{', '.join(known)}); {how}"
             )
         problems = engine.check_extra_args(v, version)
         if problems:

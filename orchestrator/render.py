@@ -16,7 +16,7 @@ import math
 import pathlib
 import re
 import shlex
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 import jinja2
@@ -430,13 +430,27 @@ def _verdict_text(plan: planner.Plan) -> str:
     return f"{plan.verdict} (rendered with --force): " + " ".join(problems)
 
 
-def rbac(namespace: str, service_account: str = "deployctl", api_key_secret: str | None = None) -> list[dict[str, Any]]:
+def rbac(
+    namespace: str,
+    service_account: str = "deployctl",
+    api_key_secret: str | None = None,
+    kinds: Collection[str] | None = None,
+) -> list[dict[str, Any]]:
     """What deployctl itself may do: a Role in ``namespace``, read-only nodes and pods cluster-wide.
 
     Returns the ServiceAccount, Role, RoleBinding, ClusterRole and ClusterRoleBinding. With
     ``api_key_secret`` (the profile's gate.apiKeySecret name) the Role may also get that Secret.
+    ``kinds``: the kinds the profile renders; the Role writes RayClusters, LeaderWorkerSets and
+    PodMonitors only when they are among them. None: all three (a Role for any profile).
     """
-    values = {"namespace": namespace, "service_account": service_account, "api_key_secret": api_key_secret}
+    some = {*conventions.GROUP_KINDS, conventions.POD_MONITOR_KIND}  # the kinds only some profiles render
+    optional = some if kinds is None else set(kinds) & some
+    values = {
+        "namespace": namespace,
+        "service_account": service_account,
+        "api_key_secret": api_key_secret,
+        "kinds": sorted(optional),
+    }
     return _render_template(_RBAC_TEMPLATE, values)
 
 

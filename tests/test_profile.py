@@ -195,6 +195,38 @@ def test_extra_args_are_checked_against_the_vllm_flag_list(args: str, expected: 
     assert expected in _error(text)
 
 
+@pytest.mark.parametrize("arg", ["--api-key", "--api_key=sk-123"])
+def test_an_api_key_in_extra_args_points_at_the_way_the_guides_give_the_key(arg: str) -> None:
+    text = _minimal(engine=f"engine:\n  image: r{DIGEST}\n  maxModelLen: 4096\n  extraArgs: [{arg!r}, sk-123]\n")
+    message = _error(text)
+    # The guides (docs/airgap.md, profiles/prod-tp4-api-key.yaml): VLLM_API_KEY from a Secret, and the gate told.
+    assert "VLLM_API_KEY" in message and "engine.env" in message and "gate.apiKeySecret" in message
+    assert "in front of the Service" not in message
+    assert pathlib.Path(__file__).parents[1].joinpath("profiles", "prod-tp4-api-key.yaml").is_file()
+
+
+@pytest.mark.parametrize(
+    ("toleration", "expected"),
+    [
+        ("{effect: NoExecute}", "tolerates every NoExecute taint on any node"),
+        ("{}", "tolerates every taint of every effect"),
+        ("{operator: Equal}", "must use operator Exists"),
+        ("{key: pool, value: a}", "value must be empty"),
+    ],
+)
+def test_a_toleration_that_tolerates_more_than_it_says_is_refused_at_its_line(toleration: str, expected: str) -> None:
+    text = _minimal() + f"placement:\n  tolerations:\n  - {toleration}\n"
+    message = _error(text)
+    line = text.splitlines().index(f"  - {toleration}") + 1
+    assert "placement.tolerations.0." in message and f"(line {line})" in message and expected in message
+
+
+def test_a_keyless_toleration_that_says_exists_tolerates_everything_on_purpose() -> None:
+    text = _minimal() + "placement:\n  tolerations:\n  - {operator: Exists, effect: NoExecute}\n"
+    (toleration,) = profile.loads(text).placement.tolerations
+    assert toleration.key is None and toleration.operator == "Exists"
+
+
 def test_known_extra_args_pass() -> None:
     text = _minimal(
         engine=f"engine:\n  image: r{DIGEST}\n  maxModelLen: 4096\n"

@@ -501,6 +501,49 @@ def test_rbac_grants_deployctl_only_what_it_uses() -> None:
     assert grants(kinds["ClusterRole"]) == {"/nodes": {"list", "watch"}, "/pods": {"list"}}
 
 
+_OPTIONAL_RESOURCES = {
+    "ray.io/rayclusters",
+    "leaderworkerset.x-k8s.io/leaderworkersets",
+    "monitoring.coreos.com/podmonitors",
+}
+
+
+@pytest.mark.parametrize(
+    ("path", "expected"),
+    [
+        (ROOT / "profiles" / "dev-tp2.yaml", set()),
+        (ROOT / "profiles" / "llama31-405b-2node.yaml", {"ray.io/rayclusters"}),
+        (GOLDEN / "lws.profile.yaml", {"leaderworkerset.x-k8s.io/leaderworkersets"}),
+        (GOLDEN / "every-option.profile.yaml", {"monitoring.coreos.com/podmonitors"}),
+    ],
+)
+def test_render_rbac_grants_group_and_podmonitor_writes_only_for_a_profile_that_renders_them(
+    path: pathlib.Path, expected: set[str]
+) -> None:
+    from click.testing import CliRunner
+
+    from orchestrator import cli
+
+    result = CliRunner().invoke(cli.main, ["render", str(path), "--format", "rbac", "-o", "json"])
+    assert result.exit_code == 0, result.output
+    (role,) = [o for o in yaml.safe_load(result.stdout)["items"] if o["kind"] == "Role"]
+    granted = {f"{g}/{r}" for rule in role["rules"] for g in rule["apiGroups"] for r in rule["resources"]}
+    assert granted & _OPTIONAL_RESOURCES == expected
+    assert "apps/deployments" in granted  # the rest of the Role stays
+    rendered = {o["kind"] for o in render.render(profile.load(path), planner.plan(profile.load(path)))}
+    assert ("RayCluster" in rendered, "LeaderWorkerSet" in rendered, "PodMonitor" in rendered) == (
+        "ray.io/rayclusters" in expected,
+        "leaderworkerset.x-k8s.io/leaderworkersets" in expected,
+        "monitoring.coreos.com/podmonitors" in expected,
+    )
+
+
+def test_rbac_without_kinds_grants_every_kind_a_profile_may_render() -> None:
+    (role,) = [o for o in render.rbac("inference") if o["kind"] == "Role"]
+    granted = {f"{g}/{r}" for rule in role["rules"] for g in rule["apiGroups"] for r in rule["resources"]}
+    assert granted >= _OPTIONAL_RESOURCES
+
+
 def test_rbac_bindings_of_two_namespaces_do_not_collide() -> None:
     names = {
         o["metadata"]["name"]

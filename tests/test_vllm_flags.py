@@ -133,7 +133,7 @@ def test_reserved_flags_are_real_vllm_flags_and_name_a_profile_field() -> None:
 
 
 def test_unknown_version_says_how_to_generate_it() -> None:
-    with pytest.raises(KeyError, match=r"gen_vllm_flags\.py 0\.1\.0"):
+    with pytest.raises(KeyError, match=r"deployctl engine-flags import --vllm-version 0\.1\.0"):
         vllm_flags.check([], "0.1.0")
 
 
