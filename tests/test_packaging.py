@@ -105,7 +105,10 @@ def install(artifact: pathlib.Path, venv: pathlib.Path) -> Installed:
     )
     # A plain path line: the dev venv's site-packages is searched, its .pth files are not run.
     (site / "_deployctl_test_dependencies.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
-    _run(sys.executable, "-m", "pip", "--python", venv / "bin" / "python", "install", "--quiet", "--no-deps", artifact)
+    # --ignore-installed: a deployctl in the dev venv (the lowest-dependency job installs the wheel
+    # there) is on the path and would count as installed; it must not be touched either.
+    pip = (sys.executable, "-m", "pip", "--python", venv / "bin" / "python", "install", "--quiet")
+    _run(*pip, "--no-deps", "--ignore-installed", artifact)
     return Installed(artifact, venv)
 
 
@@ -158,7 +161,7 @@ def test_the_artifacts_are_named_by_the_one_version(artifacts: dict[str, pathlib
 
 def test_the_installed_package_has_every_module_template_and_data_file_of_the_tree(installed: Installed) -> None:
     package = installed.package_dir()
-    assert ROOT not in package.parents, f"the test must exercise the installed copy, not {package}"
+    assert installed.venv in package.parents, f"the test must exercise the copy in {installed.venv}, not {package}"
     missing = missing_from(package)
     assert not missing, f"{installed.artifact.name} lacks these files of orchestrator/: {', '.join(missing)}"
     for must in ("py.typed", "engines/__init__.py", "manifests/_pod.j2", "manifests/rbac/deployctl.yaml.j2"):
