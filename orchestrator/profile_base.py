@@ -91,7 +91,7 @@ def field_default(root: type[BaseModel], path: Loc) -> Any:
             continue  # an item of a list: its model is the list's item type
         if model is None or (field := model.model_fields.get(part)) is None:
             return None
-        model = _model_in(field.annotation)
+        model = model_in(field.annotation)
     if field is None:
         return None
     value = field.get_default(call_default_factory=True)
@@ -110,11 +110,12 @@ def _as_written(value: Any) -> Any:
     return value
 
 
-def _model_in(annotation: Any) -> type[BaseModel] | None:
+def model_in(annotation: Any) -> type[BaseModel] | None:
+    """The pydantic model an annotation holds (itself, or inside Optional, list, dict), or None."""
     if isinstance(annotation, type) and issubclass(annotation, BaseModel):
         return annotation
     for arg in getattr(annotation, "__args__", ()):
-        found = _model_in(arg)
+        found = model_in(arg)
         if found is not None:
             return found
     return None

@@ -83,18 +83,8 @@ def _model_at(root: type[BaseModel], loc: Loc) -> type[BaseModel] | None:
         field = model.model_fields.get(str(part))
         if field is None:
             return None
-        sub = _model_in(field.annotation)
+        sub = profile_base.model_in(field.annotation)
         if sub is None:
             return None
         model = sub
     return model
-
-
-def _model_in(annotation: Any) -> type[BaseModel] | None:
-    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-        return annotation
-    for arg in getattr(annotation, "__args__", ()):
-        found = _model_in(arg)
-        if found is not None:
-            return found
-    return None
