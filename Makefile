@@ -83,7 +83,7 @@ $(LOWEST)/.installed: pyproject.toml scripts/lowest_constraints.py | dist
 	python3 -m venv $(LOWEST)
 	$(LOWEST)/bin/python -m pip install --quiet --upgrade pip 'tomli; python_version < "3.11"'
 	$(LOWEST)/bin/python scripts/lowest_constraints.py > $(LOWEST)/constraints.txt
-	$(LOWEST)/bin/python -m pip install --quiet -c $(LOWEST)/constraints.txt $(DIST)/deployctl-*.whl pytest hypothesis cryptography 'setuptools>=68' wheel 'build>=1' lupa jsonschema
+	$(LOWEST)/bin/python -m pip install --quiet -c $(LOWEST)/constraints.txt $(DIST)/deployctl-*.whl pytest hypothesis cryptography securesystemslib 'setuptools>=68' wheel 'build>=1' lupa jsonschema
 	$(LOWEST)/bin/python -m pip check
 	@touch $@
 

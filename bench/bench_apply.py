@@ -456,8 +456,9 @@ def main() -> int:
         label, sep, directory = spec.partition("=")
         if not sep or not label or label in (*TOOLS, *variants):
             raise SystemExit(f"--variant {spec}: give LABEL=DIR with a label of its own")
-        if not (pathlib.Path(directory) / "orchestrator" / "cli.py").is_file():
-            raise SystemExit(f"--variant {spec}: {directory}/orchestrator/cli.py does not exist")
+        package = pathlib.Path(directory) / "orchestrator"
+        if not ((package / "cli.py").is_file() or (package / "cli" / "__init__.py").is_file()):
+            raise SystemExit(f"--variant {spec}: {directory}/orchestrator holds no cli module")
         variants[label] = directory
     build = subprocess.run(["bash", str(ROOT / "e2e" / "cluster" / "build.sh"), "sim", "kubectl", "helm"])
     if build.returncode != 0:

@@ -47,8 +47,10 @@ from typing import Any
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT / "e2e" / "cluster")]
 
-from orchestrator import conventions, preflight, profile  # noqa: E402
+from orchestrator import conventions  # noqa: E402
 from orchestrator.kube import client  # noqa: E402
+from orchestrator.plan import preflight  # noqa: E402
+from orchestrator.profile import model as profile  # noqa: E402
 
 PROFILE = ROOT / "profiles" / "prod-tp4.yaml"
 DEPLOYCTL = pathlib.Path(sys.executable).parent / "deployctl"

@@ -33,7 +33,9 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-from orchestrator import bench, gate, http, workload
+from orchestrator import http
+from orchestrator.gate import bench, workload
+from orchestrator.gate import verdict as gate
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 PEER = ROOT / ".cache" / "peer-venv" / "bin" / "guidellm"

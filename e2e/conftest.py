@@ -241,7 +241,7 @@ def env(
 @pytest.fixture(scope="session")
 def crd_installed(cluster: localcluster.Cluster, api_client: kubernetes.client.ApiClient) -> None:
     """deployctl's CRD applied with kubectl (server-side: reruns are idempotent) and Established."""
-    from orchestrator import crd
+    from orchestrator.controller import crd
 
     subprocess.run(
         [

@@ -11,8 +11,8 @@ import yaml
 from components import BIN_DIR
 from deployhelpers import ReleaseEnv, profile
 
-from orchestrator import crd
-from orchestrator import profile as profiles
+from orchestrator.controller import crd
+from orchestrator.profile import model as profiles
 
 
 def object_doc(env: ReleaseEnv, **sections: Any) -> dict[str, Any]:

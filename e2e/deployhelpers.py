@@ -139,7 +139,7 @@ def exists(read: Callable[[], object]) -> bool:
 
 
 def _takes_kubeconfig(args: tuple[str, ...]) -> bool:
-    offline = {"validate", "plan", "render", "bench", "version", "completion"}
+    offline = {"validate", "plan", "render", "bench", "version", "completion", "keygen"}
     return (
         bool(args)
         and (args[0] not in offline or "--calibrate-from" in args)

@@ -20,7 +20,7 @@ from components import BIN_DIR
 from controllerhelpers import apply_object, conditions, get_object, object_doc, settled, wait_ready
 from deployhelpers import ReleaseEnv, deployctl, exists, wait_until
 
-from orchestrator import crd
+from orchestrator.controller import crd
 
 
 def test_an_object_is_deployed_gated_and_ready_for_kubectl_wait(
@@ -158,6 +158,8 @@ def test_render_format_controller_is_accepted_by_the_api_server(crd_installed: N
         "ClusterRoleBinding",
         "Lease",
         "Role",
+        "RoleBinding",
+        "Role",  # reads the records' signing key, by name
         "RoleBinding",
         "Deployment",
     ]

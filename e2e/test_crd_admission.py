@@ -15,7 +15,8 @@ import yaml
 from components import BIN_DIR
 from deployhelpers import deployctl
 
-from orchestrator import crd, profile
+from orchestrator.controller import crd
+from orchestrator.profile import model as profile
 
 ROOT = Path(__file__).resolve().parent.parent
 PROD = ROOT / "profiles" / "prod-tp4.yaml"

@@ -23,8 +23,8 @@ import pytest
 from deployhelpers import deployctl, profile, start_deployctl
 from faulthelpers import DEPLOYMENTS, SERVICE_ACCOUNTS, Env, HoldingWebhook, wait_for
 
-from orchestrator import profile as profile_mod
-from orchestrator.render import PROFILE_HASH_ANNOTATION
+from orchestrator.profile import model as profile_mod
+from orchestrator.render.manifests import PROFILE_HASH_ANNOTATION
 
 pytestmark = pytest.mark.kwok
 

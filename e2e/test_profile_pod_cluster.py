@@ -15,8 +15,8 @@ import kubernetes
 import pytest
 from deployhelpers import ReleaseEnv, profile
 
-from orchestrator import crd
-from orchestrator import profile as profiles
+from orchestrator.controller import crd
+from orchestrator.profile import model as profiles
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "profiles" / "prod-tp4-api-key.yaml"
 

@@ -25,7 +25,8 @@ import pytest
 import server as realvllm  # e2e/realvllm, put on the path by conftest: stdlib only, runs in any venv
 import yaml
 
-from orchestrator import profile, vllm_flags, vllm_help
+from orchestrator.engines import vllm_flags, vllm_help
+from orchestrator.profile import model as profile
 
 ROOT = Path(__file__).resolve().parents[1]
 CORPUS = yaml.safe_load((ROOT / "tests" / "data" / "extra_args_corpus.yaml").read_text(encoding="utf-8"))

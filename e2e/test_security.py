@@ -31,7 +31,7 @@ import yaml
 from deployhelpers import DEPLOYCTL, Result, deployctl, profile
 from faulthelpers import Env
 
-from orchestrator import render
+from orchestrator.render import manifests as render
 
 pytestmark = pytest.mark.kwok
 
@@ -164,7 +164,10 @@ def test_secret_values_the_profile_references_never_reach_records_exports_or_out
     core.create_namespaced_secret(
         env.namespace, {"metadata": {"name": "vllm-api-key"}, "stringData": {"api-key": planted}}
     )
-    keyed = env.simulator(model="sim-model", api_key=planted)
+    # A served name with `$(HF_TOKEN)` in it: rendered escaped (`$$(`), so the container is given it as
+    # written, and the simulator serves it so (e2e/test_secrets_cluster.py runs the kubelet's expansion).
+    served = "sim-model-$(HF_TOKEN)"
+    keyed = env.simulator(model=served, api_key=planted)
     env.forward({8000: keyed.port})
     api_key_secret = {"apiKeySecret": {"name": "vllm-api-key"}}
     docker = {"auths": {"registry.internal": {"auth": base64.b64encode(f"ci:{planted}".encode()).decode()}}}
@@ -176,7 +179,7 @@ def test_secret_values_the_profile_references_never_reach_records_exports_or_out
             "stringData": {".dockerconfigjson": json.dumps(docker)},
         },
     )
-    with_secrets: dict[str, Any] = {"credentialsSecret": "hf-token"}
+    with_secrets: dict[str, Any] = {"name": served, "credentialsSecret": "hf-token"}
     good_doc = profile(env.namespace, model=with_secrets, engine={"imagePullSecrets": ["regcred"]}, gate=api_key_secret)
     good = env.write(good_doc, "good.yaml")
     upgrade_doc = profile(
@@ -209,6 +212,7 @@ def test_secret_values_the_profile_references_never_reach_records_exports_or_out
         "output": "".join(r.stdout + r.stderr for r in runs),
         "records": "".join(records),
         "export": export.read_text(),
+        "events": "\n".join(f"{e.reason} {e.message}" for e in core.list_namespaced_event(env.namespace).items),
     }
     for needle in (planted, base64.b64encode(planted.encode()).decode()):
         for where, text in haystacks.items():

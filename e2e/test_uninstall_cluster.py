@@ -17,7 +17,7 @@ import yaml
 from deployhelpers import ReleaseEnv, deployctl, exists, profile, start_deployctl, wait_until, write_profile
 from test_multinode import two_node
 
-from orchestrator import render
+from orchestrator.render import manifests as render
 
 DOCS = Path(__file__).resolve().parent.parent / "docs"
 DEPLOYER = "ci-deployer"

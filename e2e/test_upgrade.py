@@ -66,7 +66,9 @@ def test_an_install_of_0_1_0_upgrades_in_place_keeping_the_release_its_status_an
     assert crd.code == 0, crd.stderr
     install(crd.stdout)
     rendered = deployctl(
-        Path(), "render", "--format", "controller", "--controller-namespace", env.namespace, "--image", NEW_IMAGE
+        Path(),
+        *("render", "--format", "controller", "--controller-namespace", env.namespace, "--image", NEW_IMAGE),
+        *("--watch-namespace", env.namespace),  # the release's namespace, opted in: the controller's writes go there
     )
     assert rendered.code == 0, rendered.stderr
     install(rendered.stdout)

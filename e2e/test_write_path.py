@@ -24,8 +24,13 @@ import yaml
 from deployhelpers import ReleaseEnv, deployctl, exists, profile, start_deployctl, wait_until, write_profile
 from hypothesis import strategies as st
 
-from orchestrator import applyset, bench, cli, gate, health, planner, releases, rollout, slo
+from orchestrator.apply import applyset, health, rollout
+from orchestrator.cli import app as cli
+from orchestrator.gate import bench, slo
+from orchestrator.gate import verdict as gate
 from orchestrator.kube import portforward
+from orchestrator.plan import planner
+from orchestrator.records import releases
 
 # --- an exception in every step after the first write ---------------------------------------
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import decimal
 import math
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -37,6 +38,19 @@ LEADER_ROLE, WORKER_ROLE = "leader", "worker"
 GROUP_KINDS = ("RayCluster", "LeaderWorkerSet")
 # The Prometheus Operator's scrape object (profile monitoring.podMonitor); its CRD is optional too.
 POD_MONITOR_KIND = "PodMonitor"
+# Every kind the renderer emits for a release, with its apiVersion: the one list of what deployctl
+# may write for a release (orchestrator.apply.confine), prune and delete (applyset). A test holds it
+# equal to what the templates render.
+RELEASE_KINDS: dict[str, str] = {
+    "Deployment": "apps/v1",
+    "Service": "v1",
+    "ServiceAccount": "v1",
+    "PodDisruptionBudget": "policy/v1",
+    "NetworkPolicy": "networking.k8s.io/v1",
+    "RayCluster": "ray.io/v1",
+    "LeaderWorkerSet": "leaderworkerset.x-k8s.io/v1",
+    POD_MONITOR_KIND: "monitoring.coreos.com/v1",
+}
 # What the Prometheus Operator's CRDs accept as a duration (monitoring.coreos.com/v1 Duration):
 # units from y to ms, largest first. The profile checks it and the chart's schema carries it.
 PROMETHEUS_DURATION = r"^(0|(([0-9]+)y)?(([0-9]+)w)?(([0-9]+)d)?(([0-9]+)h)?(([0-9]+)m)?(([0-9]+)s)?(([0-9]+)ms)?)$"
@@ -145,3 +159,16 @@ def no_records_message(release: str, namespace: str) -> str:
         f"release {release} has no records in namespace {namespace}; check the name and -n "
         f"(`deployctl history {release} -n NAMESPACE` lists a release's revisions)"
     )
+
+
+# Kubernetes expands ``$(NAME)`` in a container's command and args to the value of the env variable
+# NAME (a Secret's value, with HF_TOKEN from model.credentialsSecret) and turns ``$$`` into ``$``.
+# A string from a profile must reach the container as written, so every ``$`` followed by ``(`` or
+# ``$`` is doubled: the kubelet's expansion then gives back exactly the profile's text.
+_EXPANDED_DOLLAR = re.compile(r"\$(?=[$(])")
+
+
+def literal_arg(text: str) -> str:
+    """``text`` escaped so that Kubernetes' ``$(VAR)`` expansion leaves it exactly as it is
+    (``llama-$(HF_TOKEN)`` becomes ``llama-$$(HF_TOKEN)``, which the container receives as ``llama-$(HF_TOKEN)``)."""
+    return _EXPANDED_DOLLAR.sub("$$", text)

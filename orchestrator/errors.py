@@ -9,6 +9,9 @@ module that meets them, with ``raise ... from e``.
 from __future__ import annotations
 
 import enum
+import re
+import unicodedata
+from collections.abc import Iterable
 
 
 class ExitCode(enum.IntEnum):
@@ -97,6 +100,11 @@ class RolloutFailed(DeployctlError):
     exit_code = ExitCode.ROLLOUT_FAILED
 
 
+class Takeover(RolloutFailed):
+    """Objects exist under the release's names without its label: applying would take them over.
+    Refused before any write unless the user adopts them (docs/security.md#no-takeover)."""
+
+
 class GateFailedRolledBack(DeployctlError):
     exit_code = ExitCode.GATE_FAILED_ROLLED_BACK
 
@@ -119,7 +127,57 @@ class NewerRecordFormat(AuditFailed):
     so the controller stalls on it instead of retrying (docs/record-format.md)."""
 
 
+class OutsideRelease(AuditFailed):
+    """Objects to write that are not the release's own kinds, in its namespace, labelled for it: a
+    record's stored manifests were tampered with (docs/security.md#confined-writes). Exit 9."""
+
+
 def shorten(text: str, limit: int = 300) -> str:
     """Cut an echoed server payload so a message stays one readable paragraph."""
     text = " ".join(text.split())
     return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+# What of a server's answer may enter a message, and from there a release record, an InferenceProfile's
+# status and its events: short, on one line, and without anything that looks like a credential.
+EXCERPT_CHARS = 200
+REDACTED = "[redacted]"
+_CREDENTIALS = (
+    re.compile(r"(?i)\b(bearer|basic)\s+(?!\[redacted\])[^\s\"',;}\]]+"),
+    re.compile(
+        r"(?i)\b(api[_-]?key|access[_-]?token|token|password|passwd|secret|authorization)([\"']?\s*[:=]\s*[\"']?)(?!\[redacted\])[^\s\"',;}\]]+"
+    ),
+    re.compile(
+        r"(hf|sk|ghp|gho|glpat|xox[abp])[-_][A-Za-z0-9_-]{12,}"
+    ),  # Hugging Face, OpenAI-style, GitHub, GitLab, Slack; no \b: an expanded `llama$(HF_TOKEN)` glues it on
+)
+
+
+def excerpt(text: str, limit: int = EXCERPT_CHARS, secrets: Iterable[str | None] = ()) -> str:
+    """At most ``limit`` characters of an echoed server payload, safe to store and show.
+
+    ``secrets`` (the gate's API key) and anything shaped like a credential (a Bearer token,
+    ``api_key=…``, an ``hf_…`` token) become [redacted] before the cut, so no prefix of one survives;
+    control and line-separator characters (ANSI escapes, U+0085, U+2028, U+2029) become spaces, so a
+    body cannot forge lines in a log or a terminal.
+    """
+    known = sorted({s for s in secrets if s}, key=len, reverse=True)
+    # Redact in a window that holds whatever the cut keeps, plus a whole secret that starts inside it.
+    window = text[: limit + max((len(s) for s in known), default=0) + 256]
+    for secret in known:
+        window = window.replace(secret, REDACTED)
+    for pattern in _CREDENTIALS:
+        window = pattern.sub(_redact, window)
+    cleaned = "".join(" " if unicodedata.category(ch) in _UNPRINTABLE else ch for ch in window)
+    return shorten(cleaned, limit)
+
+
+_UNPRINTABLE = ("Cc", "Cf", "Zl", "Zp", "Cs", "Co", "Cn")
+
+
+def _redact(match: re.Match[str]) -> str:
+    if match.re is _CREDENTIALS[1]:
+        return f"{match.group(1)}{match.group(2)}{REDACTED}"
+    if match.re is _CREDENTIALS[0]:
+        return f"{match.group(1)} {REDACTED}"
+    return REDACTED

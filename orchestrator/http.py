@@ -43,6 +43,7 @@ Clock = Callable[[], float]
 KEEPALIVE_EXPIRY_S = 60.0
 CONNECT_TIMEOUT_S = 10.0
 _ERROR_BODY_LIMIT = 2048  # bytes of an error answer worth reading for the message
+MODELS_BODY_LIMIT = 1 << 20  # a /v1/models list of a few models is a few KiB; a flood is cut here
 
 
 class EndpointUnreachable(errors.EndpointError):
@@ -68,7 +69,7 @@ class EndpointProtocolError(errors.EndpointError):
 
 def _convert(exc: httpx.HTTPError, url: str) -> errors.EndpointError:
     """Map an httpx exception onto ours; the message names the URL, the condition and the fix."""
-    detail = errors.shorten(str(exc) or type(exc).__name__, 200)
+    detail = errors.excerpt(str(exc) or type(exc).__name__)
     if isinstance(exc, (httpx.ConnectError, httpx.ConnectTimeout)):
         return EndpointUnreachable(
             f"{url}: cannot connect ({detail}); check that the server is up and the URL and port are right"
@@ -136,6 +137,7 @@ class StreamClient:
     ) -> None:
         self.base_url = check_url(base_url)
         self.clock = clock
+        self._api_key = api_key  # only to redact it from an error answer that echoes it
         # Compression would make the server buffer tokens, which distorts inter-token timing.
         headers = {"Accept-Encoding": "identity", **auth_headers(api_key)}
         self._client = httpx.AsyncClient(
@@ -195,7 +197,8 @@ class StreamClient:
             response = await self._client.send(request, stream=True)
             try:
                 if response.status_code != 200:
-                    raise _status_error(url, response.status_code, await _read_some(response))
+                    body = await _read_some(response)
+                    raise _status_error(url, response.status_code, body, secrets=(self._api_key,))
                 # Raw bytes skip httpx's decoder layer, a measurable share of the per-chunk cost;
                 # only a server that compresses despite "Accept-Encoding: identity" needs decoding.
                 encoded = response.headers.get("content-encoding", "identity") != "identity"
@@ -217,8 +220,8 @@ async def _read_some(response: httpx.Response) -> bytes:
     return body[:_ERROR_BODY_LIMIT]
 
 
-def _status_error(url: str, status: int, body: bytes) -> EndpointStatusError:
-    text = errors.shorten(body.decode("utf-8", errors="replace"), 300)
+def _status_error(url: str, status: int, body: bytes, secrets: tuple[str | None, ...] = ()) -> EndpointStatusError:
+    text = errors.excerpt(body.decode("utf-8", errors="replace"), secrets=secrets)
     return EndpointStatusError(f"{url}: HTTP {status}: {text or '(empty body)'}", status=status, body=text)
 
 
@@ -244,14 +247,14 @@ def check_health(
     started = time.perf_counter()
     try:
         with _sync_client(timeout, transport) as client:
-            response = client.get(url)
+            status, body = _get(client, url, {}, _ERROR_BODY_LIMIT)
     except httpx.HTTPError as e:
         return HealthResult(False, None, _convert(e, url).message, time.perf_counter() - started)
     elapsed = time.perf_counter() - started
-    if response.status_code == 200:
+    if status == 200:
         return HealthResult(True, 200, "healthy", elapsed)
-    text = errors.shorten(response.text, 200)
-    return HealthResult(False, response.status_code, f"HTTP {response.status_code}: {text}", elapsed)
+    text = errors.excerpt(body.decode("utf-8", errors="replace"))
+    return HealthResult(False, status, f"HTTP {status}: {text}", elapsed)
 
 
 def served_models(
@@ -265,21 +268,34 @@ def served_models(
     url = check_url(base_url) + "/v1/models"
     try:
         with _sync_client(timeout, transport) as client:
-            response = client.get(url, headers=auth_headers(api_key))
+            status, body = _get(client, url, auth_headers(api_key), MODELS_BODY_LIMIT)
     except httpx.HTTPError as e:
         raise _convert(e, url) from e
-    if response.status_code != 200:
-        raise _status_error(url, response.status_code, response.content[:_ERROR_BODY_LIMIT])
+    if status != 200:
+        raise _status_error(url, status, body[:_ERROR_BODY_LIMIT], secrets=(api_key,))
+    shown = errors.excerpt(body[:_ERROR_BODY_LIMIT].decode("utf-8", errors="replace"), secrets=(api_key,))
+    if len(body) > MODELS_BODY_LIMIT:
+        raise EndpointProtocolError(f"{url}: the model list is larger than {MODELS_BODY_LIMIT:,} bytes: {shown}")
     try:
-        payload: Any = response.json()
-    except json.JSONDecodeError as e:
-        raise EndpointProtocolError(f"{url}: the answer is not JSON: {errors.shorten(response.text, 200)}") from e
+        payload: Any = json.loads(body)
+    except (ValueError, RecursionError) as e:  # not JSON, not UTF-8, or nested past the parser's stack
+        raise EndpointProtocolError(f"{url}: the answer is not JSON: {shown}") from e
     entries = payload.get("data") if isinstance(payload, dict) else None
     if not isinstance(entries, list):
-        raise EndpointProtocolError(
-            f"{url}: expected an OpenAI model list {{'data': [...]}}, got {errors.shorten(response.text, 200)}"
-        )
+        raise EndpointProtocolError(f"{url}: expected an OpenAI model list {{'data': [...]}}, got {shown}")
     return [str(entry["id"]) for entry in entries if isinstance(entry, dict) and "id" in entry]
+
+
+def _get(client: httpx.Client, url: str, headers: dict[str, str], limit: int) -> tuple[int, bytes]:
+    """GET ``url``: the status and at most ``limit`` + 1 bytes of the answer (more would be a flood,
+    read no further; the extra byte tells the caller the answer was cut)."""
+    with client.stream("GET", url, headers=headers) as response:
+        body = b""
+        for chunk in response.iter_bytes():
+            body += chunk
+            if len(body) > limit:
+                break
+        return response.status_code, body[: limit + 1]
 
 
 def _sync_client(timeout: float, transport: httpx.BaseTransport | None) -> httpx.Client:

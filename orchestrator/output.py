@@ -15,7 +15,7 @@ import time
 from collections.abc import Sequence
 from typing import Any, TextIO
 
-import yaml
+from orchestrator.profile import yaml_text
 
 
 def color_enabled(stream: TextIO) -> bool:
@@ -49,7 +49,7 @@ def paint(text: str, color: str, stream: TextIO | None = None) -> str:
 def emit(data: Any, fmt: str) -> str:
     """Serialise for --output json|yaml (deterministic)."""
     if fmt == "yaml":
-        return yaml.safe_dump(data, sort_keys=True, default_flow_style=False, allow_unicode=True).rstrip()
+        return yaml_text.safe_dump(data, sort_keys=True, default_flow_style=False, allow_unicode=True).rstrip()
     return json.dumps(data, indent=2, sort_keys=True, default=str)
 
 

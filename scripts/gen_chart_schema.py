@@ -1,6 +1,6 @@
 """Write charts/vllm-inference/values.schema.json from the pydantic model of the chart's values.
 
-The schema is generated, never edited: change ``orchestrator.chart_values.Values``, run this script,
+The schema is generated, never edited: change ``orchestrator.render.chart_values.Values``, run this script,
 commit both. ``--check`` exits 1 when the committed file is not what the models give now (CI and
 tests/test_chart.py run it that way).
 
@@ -26,7 +26,8 @@ from typing import Any
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # run from a source checkout without installing the package
 
-from orchestrator import chart_values, crd  # noqa: E402
+from orchestrator.controller import crd  # noqa: E402
+from orchestrator.render import chart_values  # noqa: E402
 
 SCHEMA_PATH = ROOT / "charts" / "vllm-inference" / "values.schema.json"
 

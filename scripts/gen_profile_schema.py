@@ -5,7 +5,7 @@ It also writes the same bytes to profiles/profile.schema.json, which the example
 their first line (`$schema=profile.schema.json`): the name a copied profile finds next to it once
 `deployctl schema > profile.schema.json` wrote it there, as docs/profile-reference.md says.
 
-The files are generated, never edited: change orchestrator/profile.py, run this script, commit them
+The files are generated, never edited: change orchestrator/profile/model.py, run this script, commit them
 (`make docs-reference` runs it with the other generators). ``--check`` exits 1 when a committed
 file is not what the models give now; tests/test_profile_names.py checks the same.
 """
@@ -19,7 +19,7 @@ import sys
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # run from a source checkout without installing the package
 
-from orchestrator import json_schema  # noqa: E402
+from orchestrator.profile import json_schema  # noqa: E402
 
 SCHEMA_PATH = ROOT / "orchestrator" / json_schema.DATA_FILE
 EXAMPLES_SCHEMA_PATH = ROOT / "profiles" / "profile.schema.json"

@@ -8,8 +8,9 @@ render, releases.append, audit.export) against an in-memory store, no cluster: 1
 2 upgrade (with a start-up observation), 3 a new image that failed its gate, 4 the automatic
 rollback to 2, 5 uninstall. Writes each record's ConfigMap and the audit export into
 DIR/format-N/ (N: the format that deployctl writes), replacing what was there. Time and actor are
-fixed, so a rerun with the same code writes the same bytes. tests/data/records/README.md says
-when to run it.
+fixed, so a rerun with the same code writes the same bytes (Ed25519 signatures are deterministic).
+From format 3 the records are signed with the TEST key tests/data/keys/TEST-ONLY-signing-key.pem,
+which is public and must never sign a real release. tests/data/records/README.md says when to run it.
 """
 
 from __future__ import annotations
@@ -21,11 +22,14 @@ import pathlib
 import sys
 from typing import Any
 
-from orchestrator import audit, planner, releases, render
-from orchestrator import profile as profiles
+from orchestrator.plan import planner
+from orchestrator.profile import model as profiles
+from orchestrator.records import audit, releases
+from orchestrator.render import manifests as render
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 PROFILE = ROOT / "profiles" / "prod-tp4.yaml"
+TEST_KEY = ROOT / "tests" / "data" / "keys" / "TEST-ONLY-signing-key.pem"
 START = datetime.datetime(2025, 1, 6, 9, 0, 0, tzinfo=datetime.timezone.utc)
 ACTOR = {"user": "system:serviceaccount:ci:deployctl", "ci": {"CI": "true", "GITHUB_RUN_ID": "4242"}}
 
@@ -66,6 +70,15 @@ def revision_of(text: str) -> dict[str, Any]:
     }
 
 
+def signed() -> dict[str, Any]:
+    """``signer=`` for releases.append, from the format that signs records on (none before)."""
+    if not hasattr(releases, "SIGNATURE_KEY"):
+        return {}
+    from orchestrator.records import signing
+
+    return {"signer": signing.load_signer(str(TEST_KEY))}
+
+
 def build(store: Store) -> list[releases.Record]:
     base = PROFILE.read_text()
     install = revision_of(base)
@@ -76,7 +89,7 @@ def build(store: Store) -> list[releases.Record]:
     def append(step: int, what: dict[str, Any], outcome: releases.Outcome, **fields: Any) -> releases.Record:
         now = START + datetime.timedelta(minutes=10 * step)
         return releases.append(
-            store, name, namespace, outcome=outcome, actor=ACTOR, now=now, **what, **_defaults(fields)
+            store, name, namespace, outcome=outcome, actor=ACTOR, now=now, **what, **_defaults(fields), **signed()
         )
 
     observed = [{"pod": "llama3-70b-7d9f8c6b5-x2x7q", "kv_cache_tokens": 412_320, "load_seconds": 187.4}]

@@ -4,7 +4,7 @@
 Each table lists every option string (aliases and ``--no-…`` forms included) and, per option, what
 vLLM's argparse does with it: the value's type, the choices, ``nargs``, whether it is a switch, its
 default and, for the JSON config flags (``--compilation-config``), the keys the config accepts.
-orchestrator/vllm_flags.py checks a profile's extraArgs against it. Two ways to make one:
+orchestrator/engines/vllm_flags.py checks a profile's extraArgs against it. Two ways to make one:
 
 ``--from-parser`` (the installed vLLM, .cache/vllm-venv)
     Runs vLLM's own ``make_arg_parser(FlexibleArgumentParser())`` in the vLLM venv (this script
@@ -58,7 +58,7 @@ import zipfile
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-from orchestrator import vllm_help
+from orchestrator.engines import vllm_help
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
 OUT_DIR = REPO / "orchestrator" / "data" / "vllm_flags"
@@ -70,7 +70,7 @@ CLI_ARGS = (
     "vllm/entrypoints/openai/cli_args.py",
 )
 CONFIG_DIR = "vllm/config/"
-# The table's format, header and layout are the package's (orchestrator/vllm_help.py), shared with
+# The table's format, header and layout are the package's (orchestrator/engines/vllm_help.py), shared with
 # `deployctl engine-flags import`, which reads the same tables from `vllm serve --help=all` offline.
 FORMAT = vllm_help.FORMAT
 NOTES = vllm_help.NOTES
@@ -919,7 +919,7 @@ def from_source(version: str, wheel: pathlib.Path) -> dict[str, Any]:
 
 
 def table(raw: dict[str, Any]) -> dict[str, Any]:
-    """The file's content (orchestrator/vllm_help.py builds it, for the import command too)."""
+    """The file's content (orchestrator/engines/vllm_help.py builds it, for the import command too)."""
     try:
         return vllm_help.table(raw)
     except vllm_help.HelpProblem as e:

@@ -10,6 +10,7 @@ what to fix. No cluster is needed: kubeconfig problems are found before any conn
 
 from __future__ import annotations
 
+import json
 import os
 import pathlib
 import subprocess
@@ -25,7 +26,7 @@ import pytest
 import yaml
 from hypothesis import strategies as st
 
-from orchestrator import cli
+from orchestrator.cli import app as cli
 from orchestrator.errors import ExitCode
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
@@ -269,3 +270,260 @@ def test_audit_verify_of_a_file_that_is_not_an_export_exits_1(tmp_path: pathlib.
         result = run("audit", "verify", "--file", str(export))
         assert_handled(result, {ExitCode.USAGE, ExitCode.AUDIT_FAILED})
         assert str(export) in result.stderr or "TAMPERED" in result.stdout
+
+
+# --- the tracebacks and hangs of issue #23 -----------------------------------------------------------
+
+HOSTILE_23: dict[str, tuple[str, str]] = {
+    "merge_key": ("extra:\n  <<: {gpu: A100-80GB}\n", "merge keys (<<) are not allowed"),
+    "huge_integer": ("extra:\n  maxNumSeqs: " + "9" * 5000 + "\n", "5,000 characters) is too long"),
+    "huge_integer_key": ("extra:\n  ? " + "9" * 5000 + "\n  : 1\n", "too long"),  # an explicit key: no length limit
+    "next_line": ('extra:\n  labels: {team: "a\x85b"}\n', "U+0085"),
+    "line_separator": ("extra:\n  name: a\u2028b\n", "U+2028"),
+    "paragraph_separator": ("# a comment\u2029\n", "U+2029"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(HOSTILE_23))
+def test_merge_keys_huge_integers_and_raw_line_separators_exit_2_naming_the_line(
+    tmp_path: pathlib.Path, name: str
+) -> None:
+    text, expected = HOSTILE_23[name]
+    path = tmp_path / "hostile.yaml"
+    path.write_text(EXAMPLES[0].read_text() + text, encoding="utf-8")
+    for command in ("validate", "plan", "render"):
+        result = run(command, str(path))
+        assert_handled(result, {ExitCode.INVALID_PROFILE})
+        assert expected in result.stderr and "(line " in result.stderr, result.stderr
+        assert len(result.stderr) < 1000
+
+
+@pytest.mark.parametrize("value", ["9" * 5000, "[" * 5000, '"a\u2028b"'.replace('"', ""), "a\x85b"])
+def test_hostile_set_values_exit_1_with_a_short_message(value: str) -> None:
+    result = run("validate", str(EXAMPLES[0]), "--set", f"model.name={value}")
+    assert_handled(result, {ExitCode.USAGE})
+    assert "--set model.name" in result.stderr and len(result.stderr) < 600
+
+
+@pytest.mark.parametrize("char", ["\x85", "\u2028", "\u2029"])
+def test_escaped_line_separators_render_and_read_back_exactly(tmp_path: pathlib.Path, char: str) -> None:
+    doc = yaml.safe_load(EXAMPLES[0].read_text())
+    doc.setdefault("placement", {})["podAnnotations"] = {"example.com/note": f"a{char}b"}
+    doc["model"]["name"] = f"llama{char}x"
+    path = tmp_path / "p.yaml"
+    path.write_text(json.dumps(doc))  # JSON is YAML, and writes the character escaped
+    result = run("render", str(path))
+    assert_handled(result, {ExitCode.OK})
+    assert char not in result.stdout  # escaped, so that YAML 1.1 readers (PyYAML, Go's) cannot fold it
+    objects = [o for o in yaml.safe_load_all(result.stdout) if o]
+    deployment = next(o for o in objects if o["kind"] == "Deployment")
+    assert deployment["spec"]["template"]["metadata"]["annotations"]["example.com/note"] == f"a{char}b"
+    assert f"llama{char}x" in deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+    out = tmp_path / "out"
+    assert_handled(run("render", str(path), "--output-dir", str(out)), {ExitCode.OK})
+    written = [yaml.safe_load(f.read_text(encoding="utf-8")) for f in sorted(out.iterdir())]
+    assert next(o for o in written if o["kind"] == "Deployment") == deployment
+
+
+@pytest.mark.parametrize("target", ["/dev/null", "a-file", "a-file/below"])
+def test_render_into_something_that_is_not_a_directory_exits_1(tmp_path: pathlib.Path, target: str) -> None:
+    (tmp_path / "a-file").write_text("x")
+    out = target if target.startswith("/") else str(tmp_path / target)
+    result = run("render", str(EXAMPLES[0]), "--output-dir", out)
+    assert_handled(result, {ExitCode.USAGE})
+    assert out in result.stderr and "--output-dir" in result.stderr  # click itself refuses a regular file
+
+
+@pytest.mark.parametrize("text", ["[" * 100_000 + "]" * 100_000, '{"a":' * 100_000 + "1" + "}" * 100_000])
+def test_audit_verify_of_deeply_nested_json_exits_1_saying_so(tmp_path: pathlib.Path, text: str) -> None:
+    export = tmp_path / "export.json"
+    export.write_text(text)
+    result = run("audit", "verify", "--file", str(export))
+    assert_handled(result, {ExitCode.USAGE})
+    assert "nested too deeply" in result.stderr and str(export) in result.stderr
+
+
+def _proc(
+    *args: str, stdin: Any = subprocess.DEVNULL, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """A real process, bounded: a hang is a failure here, not a stuck test run."""
+    return subprocess.run(
+        [DEPLOYCTL, *args], stdin=stdin, capture_output=True, text=True, timeout=60, env={**os.environ, **(env or {})}
+    )
+
+
+def test_dev_zero_as_a_profile_on_stdin_or_as_the_kubeconfig_ends_with_a_message() -> None:
+    as_profile = _proc("validate", "/dev/zero")
+    assert as_profile.returncode == ExitCode.USAGE and "not a regular file but a device" in as_profile.stderr
+    with open("/dev/zero", "rb") as zero:
+        on_stdin = _proc("validate", "-", stdin=zero)
+    assert on_stdin.returncode == ExitCode.INVALID_PROFILE and "must be under" in on_stdin.stderr
+    for args, env in ((("--kubeconfig", "/dev/zero"), None), ((), {"KUBECONFIG": "/dev/zero"})):
+        as_kubeconfig = _proc("status", "llm", *args, env=env)
+        assert as_kubeconfig.returncode == ExitCode.USAGE, as_kubeconfig.stderr
+        assert "kubeconfig /dev/zero is not a regular file" in as_kubeconfig.stderr
+    for proc in (as_profile, on_stdin, as_kubeconfig):
+        assert "Traceback" not in proc.stderr
+
+
+def test_a_fifo_as_a_profile_kubeconfig_or_export_is_refused_without_blocking(tmp_path: pathlib.Path) -> None:
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    for args, what in (
+        (("validate", str(fifo)), "profile"),
+        (("status", "llm", "--kubeconfig", str(fifo)), "kubeconfig"),
+        (("audit", "verify", "--file", str(fifo)), "audit export"),
+    ):
+        proc = _proc(*args)
+        assert proc.returncode == ExitCode.USAGE, proc.stderr
+        assert f"{what} {fifo} is not a regular file but a FIFO" in proc.stderr and "Traceback" not in proc.stderr
+
+
+# --- hostile command lines ---------------------------------------------------------------------------
+
+_COMMANDS = [
+    ["validate"], ["plan"], ["render"], ["apply"], ["gate"], ["diff"], ["status"], ["history"], ["rollback"],
+    ["audit", "verify"], ["audit", "export"], ["uninstall"], ["inventory"], ["bench"], ["version"], ["schema"],
+]  # fmt: skip
+_OPTIONS = [
+    "--set", "-n", "--namespace", "--kubeconfig", "--context", "--endpoint", "--allow-gate-host", "--timeout",
+    "--lock-ttl", "--output", "-o", "--output-dir", "--format", "--file", "--against", "--to", "--image",
+    "--controller-namespace", "--url", "--model", "--concurrency", "--requests", "--dry-run", "--force",
+]  # fmt: skip
+_HOSTILE_WORDS = st.one_of(
+    st.sampled_from(
+        [
+            "/dev/zero", "/dev/null", "-", "", "llm", "0", "-1", "9" * 5000, "1e999", "nan", "http://x#", "http://u@h",
+            "a\u2028b", "a\x85b", "\x1b[31m", "$(HF_TOKEN)", "[" * 3000, "engine.maxNumSeqs=" + "9" * 5000,
+            "model.name=<<: {a: 1}", "json", "yaml", "controller", str(EXAMPLES[0]), "ns/" * 50, "🦙",
+        ]
+    ),
+    st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"), max_size=20),
+)  # fmt: skip
+
+
+@hypothesis.settings(max_examples=max(50, FUZZ_EXAMPLES // 5), deadline=None)
+@hypothesis.given(
+    command=st.sampled_from(_COMMANDS),
+    words=st.lists(st.one_of(st.sampled_from(_OPTIONS), _HOSTILE_WORDS), max_size=6),
+    stdin=st.binary(max_size=64),
+)
+def test_hostile_command_lines_end_in_a_known_exit_code_never_an_exception(
+    command: list[str], words: list[str], stdin: bytes
+) -> None:
+    # No cluster: a kubeconfig that does not exist ends every cluster command before any connection.
+    env = {"KUBECONFIG": "/nonexistent/kubeconfig"}
+    result = click.testing.CliRunner().invoke(cli.main, [*command, *words], input=stdin, env=env, prog_name="deployctl")
+    if result.exception is not None and not isinstance(result.exception, SystemExit):
+        raise AssertionError(
+            f"uncaught {type(result.exception).__name__} for {[*command, *words]}"
+        ) from result.exception
+    assert result.exit_code in set(ExitCode), (result.exit_code, result.output[-500:])
+    assert "Traceback" not in result.output
+
+
+# --- hostile records ----------------------------------------------------------------------------------
+
+
+class _Records:
+    """``Kube.list`` over record ConfigMaps: all load_history reads."""
+
+    def __init__(self, items: list[Any]) -> None:
+        self.items = items
+
+    def list(self, kind: str, namespace: str | None = None, **_: Any) -> tuple[list[Any], str]:
+        return self.items, "1"
+
+
+def _gzip_bomb() -> str:
+    import base64
+    import gzip
+
+    return base64.b64encode(gzip.compress(b"\0" * (80 << 20))).decode()  # past MANIFESTS_MAX_BYTES
+
+
+# What a namespace editor controls in a ConfigMap with the record labels: every string in it. Long
+# texts are built in the test from these names, so that hypothesis does not print 100 kB.
+_RECORD_BODIES = {
+    "deep_array": lambda: "[" * 100_000 + "]" * 100_000,
+    "deep_object": lambda: '{"a":' * 100_000 + "1" + "}" * 100_000,
+    "huge_int": lambda: '{"format": 2, "revision": ' + "9" * 5000 + "}",
+    "empty": lambda: "{}",
+    "wrong_types": lambda: '{"format": 2, "release": ["llm"], "revision": "x", "model": 1, "gate": "x"}',
+    "future": lambda: '{"format": 99}',
+    "separator": lambda: json.dumps({"release": "llm", "revision": 1, "profile": "a\u2028b"}),
+    "big": lambda: json.dumps({"release": "llm", "revision": 1, "profile": "x" * (8 << 20)}),
+}
+
+
+@hypothesis.settings(max_examples=max(50, FUZZ_EXAMPLES // 5), deadline=None)
+@hypothesis.given(
+    body=st.one_of(st.sampled_from(sorted(_RECORD_BODIES)), st.text(max_size=40)),
+    manifests=st.one_of(st.sampled_from(["", "!!!", "H4sIAAAAAAAA", "bomb"]), st.text(max_size=20)),
+    labels=st.dictionaries(
+        st.sampled_from(
+            ["deployctl.dev/record", "deployctl.dev/release", "deployctl.dev/revision", "deployctl.dev/format"]
+        ),
+        st.text(max_size=12),
+    ),
+    stored_hash=st.text(max_size=70),
+    parts=st.sets(st.sampled_from(["data", "binaryData", "labels", "annotations"])),
+)
+def test_hostile_record_configmaps_never_raise_anything_but_our_errors(
+    body: str, manifests: str, labels: dict[str, str], stored_hash: str, parts: set[str]
+) -> None:
+    from orchestrator import errors
+    from orchestrator.records import releases
+
+    text = _RECORD_BODIES[body]() if body in _RECORD_BODIES else body
+    packed = _gzip_bomb() if manifests == "bomb" else manifests
+    metadata: dict[str, Any] = {"name": "r", "namespace": "ns"}
+    if "labels" in parts:
+        metadata["labels"] = labels
+    if "annotations" in parts:
+        metadata["annotations"] = {releases.ANNOTATION_HASH: stored_hash}
+    cm: dict[str, Any] = {"kind": "ConfigMap", "metadata": metadata}
+    if "data" in parts:
+        cm["data"] = {releases.RECORD_KEY: text}
+    if "binaryData" in parts:
+        cm["binaryData"] = {releases.MANIFESTS_KEY: packed}
+    try:
+        releases.load_history(_Records([cm]), "llm", "ns")  # type: ignore[arg-type]
+    except errors.DeployctlError as e:
+        assert len(e.message) < 5000
+
+
+def test_a_record_whose_manifests_are_a_gzip_bomb_is_refused_without_inflating_it() -> None:
+    from orchestrator import errors
+    from orchestrator.records import releases
+
+    body = json.dumps({"release": "llm", "revision": 1})
+    cm = {
+        "metadata": {"name": "deployctl.llm.v1"},  # a record's name: judged as a record, not skipped as foreign
+        "data": {releases.RECORD_KEY: body},
+        "binaryData": {releases.MANIFESTS_KEY: _gzip_bomb()},
+    }
+    with pytest.raises(errors.DeployctlError) as caught:
+        releases.load_history(_Records([cm]), "llm", "ns")  # type: ignore[arg-type]
+    assert "deployctl.llm.v1 (" in caught.value.message and "inflate to more than" in caught.value.message
+
+
+@pytest.mark.parametrize("kind", ["device", "fifo", "deep", "huge_number"])
+def test_a_model_config_that_is_a_device_a_fifo_or_hostile_json_exits_2(tmp_path: pathlib.Path, kind: str) -> None:
+    config = tmp_path / "config.json"
+    if kind == "device":
+        config = pathlib.Path("/dev/zero")
+    elif kind == "fifo":
+        os.mkfifo(config)
+    elif kind == "deep":
+        config.write_text("[" * 100_000 + "]" * 100_000)
+    else:
+        config.write_text('{"hidden_size": ' + "9" * 5000 + "}")
+    doc = yaml.safe_load(EXAMPLES[0].read_text())
+    doc["model"].pop("architecture", None)
+    doc["model"]["config"] = str(config)
+    path = tmp_path / "p.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    proc = _proc("plan", str(path))  # a real process: a FIFO that blocked would hang it
+    assert proc.returncode == ExitCode.INVALID_PROFILE, proc.stderr
+    assert proc.stderr.startswith("error: ") and "model.config" in proc.stderr and "Traceback" not in proc.stderr

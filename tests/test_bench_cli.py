@@ -20,8 +20,9 @@ import localserver
 import pytest
 from streamfakes import DONE_EVENT, ROLE_EVENT, token_event, usage_event
 
-from orchestrator import cli, metrics, workload
+from orchestrator.cli import app as cli
 from orchestrator.errors import ExitCode
+from orchestrator.gate import metrics, workload
 
 CHAT_PATH = "/v1/chat/completions"
 OUTPUT_TOKENS = 3

@@ -28,7 +28,9 @@ from streamfakes import (
     vllm_steps,
 )
 
-from orchestrator import bench, bench_report, errors, metrics, profile, workload
+from orchestrator import errors
+from orchestrator.gate import bench, bench_report, metrics, workload
+from orchestrator.profile import model as profile
 
 PROD = pathlib.Path(__file__).resolve().parent.parent / "profiles" / "prod-tp4.yaml"
 

@@ -21,9 +21,10 @@ import localserver
 import pytest
 from streamfakes import DONE_EVENT, ROLE_EVENT, FakeClock, Script, event, token_event, usage_event
 
-from orchestrator import bench, cli, metrics, vllm_result, workload
 from orchestrator import http as http_mod
+from orchestrator.cli import app as cli
 from orchestrator.errors import ExitCode
+from orchestrator.gate import bench, metrics, vllm_result, workload
 
 KEY = "sk-test-" + "k3y" * 8
 OUTPUT_TOKENS = 3

@@ -7,7 +7,7 @@ import pathlib
 
 import pytest
 
-from orchestrator import catalog
+from orchestrator.catalog import lookup as catalog
 
 
 def test_catalog_lists_the_architectures_and_gpus_the_profile_validator_accepts() -> None:

@@ -18,7 +18,12 @@ import yaml
 from pydantic import BaseModel
 
 import orchestrator
-from orchestrator import chart_values, cli, planner, profile, render
+from orchestrator.cli import app as cli
+from orchestrator.plan import planner
+from orchestrator.profile import model as profile
+from orchestrator.profile import strictyaml
+from orchestrator.render import chart_values
+from orchestrator.render import manifests as render
 
 
 def _rendered(prof: profile.Profile, strategy: dict[str, Any] | None = None) -> list[dict[str, Any]]:
@@ -426,3 +431,31 @@ def test_readme_table_reads_helm_docs_comments_schema_types_and_defaults() -> No
         "both. |",
         "| global | object | unset | Helm's. |",
     ]
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        ROOT / "profiles" / "dev-tp2.yaml",
+        ROOT / "profiles" / "llama31-405b-2node.yaml",
+        ROOT / "tests" / "golden" / "lws.profile.yaml",
+    ],
+    ids=lambda p: p.stem,
+)
+def test_helm_template_escapes_a_variable_reference_in_the_args_as_render_does(
+    helm: pathlib.Path, package: pathlib.Path, tmp_path: pathlib.Path, path: pathlib.Path
+) -> None:
+    """`$(HF_TOKEN)` in model.name would be expanded by Kubernetes into the Secret's value: both renders escape it."""
+    doc = strictyaml.parse(path.read_bytes()).data
+    doc["model"]["name"] = "llama-$(HF_TOKEN)"
+    doc["model"]["credentialsSecret"] = "hf-token"
+    prof = profile.loads(strictyaml.dump(doc))
+    from_helm = [
+        o for o in _helm_template(helm, package, prof, tmp_path) if HOOK not in o["metadata"].get("annotations", {})
+    ]
+    ours = _rendered(prof)
+    assert sorted(map(_key, from_helm)) == sorted(map(_key, ours))
+    by_key = {_key(o): o for o in from_helm}
+    for obj in ours:
+        assert by_key[_key(obj)] == obj
+    assert "llama-$$(HF_TOKEN)" in yaml.safe_dump(ours)

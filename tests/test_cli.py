@@ -1,9 +1,9 @@
 """The CLI with click's CliRunner, no cluster: options reach the library, output and exit codes.
 
-Cluster commands are checked at the library entry the CLI calls (``orchestrator.pipeline.apply``,
-``orchestrator.views.status``, …), replaced by a fake that records what it was given: each
+Cluster commands are checked at the library entry the CLI calls (``orchestrator.apply.pipeline.apply``,
+``orchestrator.apply.views.status``, …), replaced by a fake that records what it was given: each
 option, and its ``DEPLOYCTL_<COMMAND>_<OPTION>`` environment variable, must arrive in the
-:class:`orchestrator.pipeline.Options` (or arguments) the library receives.
+:class:`orchestrator.apply.pipeline.Options` (or arguments) the library receives.
 """
 
 from __future__ import annotations
@@ -16,9 +16,15 @@ import click.testing
 import pytest
 import yaml
 
-from orchestrator import cli, errors, gate, gitops, pipeline, planner, profile, render, views
-from orchestrator import outcome as outcome_mod
+from orchestrator import errors
+from orchestrator.apply import gitops, pipeline, views
+from orchestrator.apply import outcome as outcome_mod
+from orchestrator.cli import app as cli
 from orchestrator.errors import ExitCode
+from orchestrator.gate import verdict as gate
+from orchestrator.plan import planner
+from orchestrator.profile import model as profile
+from orchestrator.render import manifests as render
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 PROD = ROOT / "profiles" / "prod-tp4.yaml"
@@ -106,11 +112,16 @@ def test_apply_passes_every_option_to_the_pipeline(fake_apply: Recorder) -> None
         "prod-eu",
         "--endpoint",
         "http://infer.internal:8000",
+        "--allow-gate-host",
+        "infer.internal",
+        "--allow-gate-host",
+        "lb.internal",
         "--no-rollback",
         "--skip-bench",
         "--timeout",
         "90",
         "--create-namespace",
+        "--adopt",
         "--lock-ttl",
         "120",
     )
@@ -123,7 +134,8 @@ def test_apply_passes_every_option_to_the_pipeline(fake_apply: Recorder) -> None
         "http://infer.internal:8000",
     )
     assert options.rollback is False and options.skip_bench is True and options.create_namespace is True
-    assert options.timeout == 90.0 and options.lock_ttl == 120
+    assert options.timeout == 90.0 and options.lock_ttl == 120 and options.adopt is True
+    assert options.allowed_gate_hosts == ("infer.internal", "lb.internal")
 
 
 def test_apply_defaults_roll_back_bench_and_wait_for_the_profiles_deadline(fake_apply: Recorder) -> None:
@@ -131,7 +143,8 @@ def test_apply_defaults_roll_back_bench_and_wait_for_the_profiles_deadline(fake_
     options = fake_apply.options
     assert (options.kubeconfig, options.context, options.endpoint, options.timeout) == (None, None, None, None)
     assert options.rollback is True and options.skip_bench is False and options.create_namespace is False
-    assert options.lock_ttl == 60
+    assert options.lock_ttl == 60 and options.adopt is False  # never takes over unless asked
+    assert options.allowed_gate_hosts == ()
 
 
 def test_apply_options_come_from_deployctl_environment_variables(fake_apply: Recorder) -> None:
@@ -170,6 +183,8 @@ def test_gate_passes_its_options_to_the_gitops_gate(monkeypatch: pytest.MonkeyPa
         "c",
         "--endpoint",
         "http://lb:8000",
+        "--allow-gate-host",
+        "lb",
         "--skip-bench",
         "--timeout",
         "30",
@@ -182,6 +197,7 @@ def test_gate_passes_its_options_to_the_gitops_gate(monkeypatch: pytest.MonkeyPa
     assert prof.metadata.name == "llama3-8b-dev" and text == DEV.read_text()
     assert (options.kubeconfig, options.context, options.endpoint) == ("k.yaml", "c", "http://lb:8000")
     assert options.skip_bench is True and options.timeout == 30.0 and options.lock_ttl == 15
+    assert options.allowed_gate_hosts == ("lb",)
 
 
 def test_rollback_passes_release_namespace_revision_and_options(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -200,6 +216,8 @@ def test_rollback_passes_release_namespace_revision_and_options(monkeypatch: pyt
         "c",
         "--endpoint",
         "http://lb:8000",
+        "--allow-gate-host",
+        "lb",
         "--timeout",
         "60",
         "--lock-ttl",
@@ -209,7 +227,7 @@ def test_rollback_passes_release_namespace_revision_and_options(monkeypatch: pyt
     name, namespace, to, options, _ = recorder.calls[0]
     assert (name, namespace, to) == ("llm", "team-a", 3)
     assert (options.kubeconfig, options.context, options.endpoint) == ("k.yaml", "c", "http://lb:8000")
-    assert options.timeout == 60.0 and options.lock_ttl == 20
+    assert options.timeout == 60.0 and options.lock_ttl == 20 and options.allowed_gate_hosts == ("lb",)
 
 
 @pytest.mark.parametrize(
@@ -481,3 +499,12 @@ def test_render_refuses_a_profile_vllm_would_refuse(tmp_path: pathlib.Path) -> N
     result = run("render", str(bad), "--output-dir", str(tmp_path / "out"))
     assert result.exit_code == ExitCode.INVALID_PROFILE
     assert not (tmp_path / "out").exists()
+
+
+def test_apply_with_a_foreign_gate_endpoint_exits_2_before_it_reads_a_kubeconfig(tmp_path: pathlib.Path) -> None:
+    profile = tmp_path / "p.yaml"
+    profile.write_text(DEV.read_text().replace("\ngate:\n", "\ngate:\n  endpoint: http://collector.example:80/x\n", 1))
+    result = run("apply", str(profile), "--kubeconfig", str(tmp_path / "absent"))
+    assert result.exit_code == ExitCode.INVALID_PROFILE, result.output
+    assert "collector.example is not the release's own Service" in result.stderr
+    assert "--allow-gate-host collector.example" in result.stderr

@@ -20,8 +20,13 @@ import pytest
 import yaml
 from click.core import ParameterSource
 
-from orchestrator import cli, cli_options, gitops, output, pipeline, profile, views, vllm_flags
+from orchestrator import output
+from orchestrator.apply import gitops, pipeline, views
+from orchestrator.cli import app as cli
+from orchestrator.cli import options as cli_options
+from orchestrator.engines import vllm_flags
 from orchestrator.errors import ExitCode
+from orchestrator.profile import model as profile
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 DEV = ROOT / "profiles" / "dev-tp2.yaml"  # metadata.namespace: inference-dev
@@ -45,6 +50,8 @@ PRINTS_DATA = {
     "inventory",
     "audit verify",
     "audit export",
+    "audit trust",
+    "keygen",
     "bench",
     "version",
     "schema",

@@ -13,7 +13,11 @@ import pytest
 import yaml
 from pydantic import BaseModel
 
-from orchestrator import crd, errors, planner, profile, render
+from orchestrator import errors
+from orchestrator.controller import crd
+from orchestrator.plan import planner
+from orchestrator.profile import model as profile
+from orchestrator.render import manifests as render
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 PROFILES = [*sorted((ROOT / "profiles").glob("*.yaml")), ROOT / "tests" / "golden" / "every-option.profile.yaml"]

@@ -23,6 +23,7 @@ import importlib
 import importlib.util
 import json
 import os
+import pkgutil
 import re
 import subprocess
 import sys
@@ -38,7 +39,11 @@ import yaml
 from pydantic import BaseModel
 
 import orchestrator
-from orchestrator import chart_values, errors, profile, render, vllm_flags
+from orchestrator import errors
+from orchestrator.engines import vllm_flags
+from orchestrator.profile import model as profile
+from orchestrator.render import chart_values
+from orchestrator.render import manifests as render
 
 ROOT = docblocks.ROOT
 DEPLOYCTL = str(Path(sys.executable).parent / "deployctl")
@@ -348,9 +353,28 @@ def _names_something_else(path: str) -> bool:
     last = path.rsplit(".", 1)[1]
     if last in _FILE_SUFFIXES | _API_GROUP_SUFFIXES or (head == "metadata" and second in _OBJECT_METADATA):
         return True
-    if importlib.util.find_spec(f"orchestrator.{head}") is None:
+    if importlib.util.find_spec(f"orchestrator.{head}") is not None and _is_module(f"orchestrator.{path}"):
+        return True  # a module named relative to the package (`gate.verdict` is orchestrator/gate/verdict.py)
+    for name in _modules_called(head):
+        # a package's own submodules aside: `gate.endpoint` is a profile field, not gate/endpoint.py
+        if hasattr(importlib.import_module(name), second) and f"{name}.{second}" not in sys.modules:
+            return True
+    return False
+
+
+def _is_module(name: str) -> bool:
+    try:
+        return importlib.util.find_spec(name) is not None
+    except ModuleNotFoundError:  # a parent of the name is a module, not a package
         return False
-    return hasattr(importlib.import_module(f"orchestrator.{head}"), second)
+
+
+@functools.cache
+def _modules_called(head: str) -> tuple[str, ...]:
+    """The orchestrator modules a page may mean by ``head``: the module or package of that name, and the
+    modules of a package of that name (`gate.evaluate` is in gate/verdict.py)."""
+    names = [m.name for m in pkgutil.walk_packages(orchestrator.__path__, "orchestrator.")]
+    return tuple(n for n in names if head in n.split(".")[-2:])
 
 
 def field_paths() -> list[tuple[str, str]]:
@@ -602,7 +626,7 @@ def test_every_known_wrong_default_claim_is_still_made() -> None:
 
 def test_the_description_that_called_0_9_vllms_default_is_caught() -> None:
     old = "Share of each GPU's memory vLLM may use (`--gpu-memory-utilization`); 0.9 is vLLM's default."
-    claims = default_claims("orchestrator/profile.py: EngineSpec.gpuMemoryUtilization (before)", old)
+    claims = default_claims("orchestrator/profile/model.py: EngineSpec.gpuMemoryUtilization (before)", old)
     assert [(c.flag, c.value, c.version) for c in claims] == [("--gpu-memory-utilization", "0.9", "0.33.0")]
     assert default_problem(claims[0]) is not None
     comment = "At vLLM's default gpuMemoryUtilization 0.9 the KV cache has no room at all."
@@ -624,7 +648,8 @@ def _versions_table() -> dict[str, dict[str, str]]:
 
 
 def test_the_upgrading_table_gives_this_versions_record_formats_crd_and_chart() -> None:
-    from orchestrator import crd, releases
+    from orchestrator.controller import crd
+    from orchestrator.records import releases
 
     row = _versions_table()[orchestrator.__version__]
     assert row["record format written"] == str(releases.RECORD_FORMAT)
@@ -643,7 +668,7 @@ def test_the_upgrading_table_gives_0_1_0s_crd_and_that_it_wrote_the_first_record
 def test_the_page_that_calls_the_crd_unchanged_since_0_1_0_is_right() -> None:
     from click.testing import CliRunner
 
-    from orchestrator import cli
+    from orchestrator.cli import app as cli
 
     text = " ".join(UPGRADING.read_text(encoding="utf-8").split())
     assert "differs from 0.1.0's in descriptions only" in text, "the page no longer says how the CRD changed"

@@ -15,7 +15,7 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from orchestrator import cli
+from orchestrator.cli import app as cli
 
 ROOT = docblocks.ROOT
 EXAMPLE = ROOT / "profiles" / "prod-tp4.yaml"

@@ -12,8 +12,14 @@ import click.testing
 import pytest
 import yaml
 
-from orchestrator import cli, engines, planner, profile, render, rollout, verify, workload
+from orchestrator import engines
+from orchestrator.apply import rollout, verify
+from orchestrator.cli import app as cli
 from orchestrator.errors import ExitCode
+from orchestrator.gate import workload
+from orchestrator.plan import planner
+from orchestrator.profile import model as profile
+from orchestrator.render import manifests as render
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 LOGS = ROOT / "tests" / "data" / "engine_logs"

@@ -7,7 +7,8 @@ from typing import Any
 
 import pytest
 
-from orchestrator import bench, gate, metrics
+from orchestrator.gate import bench, metrics
+from orchestrator.gate import verdict as gate
 
 SLO = {
     "p95_ttft_ms": "<=1500",
@@ -286,7 +287,8 @@ def test_table_lists_rows_and_explains_what_did_not_pass() -> None:
 def test_a_client_bound_run_is_measured_once_more_and_a_clean_second_run_decides(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from orchestrator import profile, verify
+    from orchestrator.apply import verify
+    from orchestrator.profile import model as profile
 
     prof = profile.load(pathlib.Path(__file__).resolve().parent.parent / "profiles" / "dev-tp2.yaml")
     runs = iter([report(client=saturated()), report()])
@@ -298,7 +300,8 @@ def test_a_client_bound_run_is_measured_once_more_and_a_clean_second_run_decides
 
 
 def test_a_client_bound_run_twice_stays_inconclusive_after_one_retry(monkeypatch: pytest.MonkeyPatch) -> None:
-    from orchestrator import profile, verify
+    from orchestrator.apply import verify
+    from orchestrator.profile import model as profile
 
     prof = profile.load(pathlib.Path(__file__).resolve().parent.parent / "profiles" / "dev-tp2.yaml")
     calls: list[int] = []

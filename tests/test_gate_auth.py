@@ -15,8 +15,11 @@ from typing import Any
 import localserver
 import pytest
 
-from orchestrator import errors, gate_auth, health, render
-from orchestrator import profile as profile_mod
+from orchestrator import errors
+from orchestrator.apply import health
+from orchestrator.gate import auth as gate_auth
+from orchestrator.profile import model as profile_mod
+from orchestrator.render import manifests as render
 
 KEY = "sk-gate-" + "s3cret" * 4
 NS = "inference"

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from orchestrator import outcome
+from orchestrator.apply import outcome
+from orchestrator.apply.outcome import Failure
 from orchestrator.errors import ExitCode
-from orchestrator.outcome import Failure
 
 
 @pytest.mark.parametrize(

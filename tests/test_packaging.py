@@ -29,7 +29,7 @@ import click
 import pytest
 
 import orchestrator
-from orchestrator import cli
+from orchestrator.cli import app as cli
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "orchestrator"
@@ -232,6 +232,7 @@ def test_a_wheel_built_without_a_data_file_is_caught_by_name(tmp_path: pathlib.P
     unpacked = tmp_path / "unpacked"
     zipfile.ZipFile(wheel).extractall(unpacked)
     assert missing_from(unpacked / "orchestrator", tree / "orchestrator") == [
+        "manifests/rbac/_controller_namespace.j2",
         "manifests/rbac/_rules.j2",
         "manifests/rbac/deployctl.yaml.j2",
     ]

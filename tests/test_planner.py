@@ -10,8 +10,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from orchestrator import catalog, errors, layout, planner
-from orchestrator import profile as profile_schema
+from orchestrator import errors
+from orchestrator.catalog import lookup as catalog
+from orchestrator.plan import layout, planner
+from orchestrator.profile import model as profile_schema
 
 DATA = pathlib.Path(__file__).parent / "data"
 IMAGE = "registry.internal/vllm/vllm-openai@sha256:" + "0" * 64

@@ -12,8 +12,8 @@ import pytest
 import yaml
 from test_planner import DATAPOINTS, codes, make_profile
 
-from orchestrator import planner, planview
-from orchestrator import profile as profile_schema
+from orchestrator.plan import planner, planview
+from orchestrator.profile import model as profile_schema
 
 GIB = 1 << 30
 LLAMA_405B = {"architecture": "llama-3.1-405b", "gpu": "H100-80GB", "gpus_per_node": 8, "max_model_len": 8192}
@@ -277,7 +277,9 @@ def test_the_capacity_page_shows_the_405b_plan_as_deployctl_prints_it(tmp_path: 
 
 
 def test_the_findings_table_lists_every_code_the_planner_gives() -> None:
-    source = "".join((docblocks.ROOT / "orchestrator" / name).read_text() for name in ("planner.py", "layout.py"))
+    source = "".join(
+        (docblocks.ROOT / "orchestrator" / name).read_text() for name in ("plan/planner.py", "plan/layout.py")
+    )
     emitted = set(re.findall(r'Finding\(\s*"([a-z0-9-]+)"', source))
     page = (docblocks.DOCS / "capacity.md").read_text().split("## Findings the planner gives", 1)[1]
     listed = set(re.findall(r"^\| `([a-z0-9-]+)` \|", page, flags=re.MULTILINE))

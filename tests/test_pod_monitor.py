@@ -12,7 +12,11 @@ import click.testing
 import pytest
 import yaml
 
-from orchestrator import cli, errors, planner, profile, render
+from orchestrator import errors
+from orchestrator.cli import app as cli
+from orchestrator.plan import planner
+from orchestrator.profile import model as profile
+from orchestrator.render import manifests as render
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 PROFILES = ROOT / "profiles"

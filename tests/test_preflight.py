@@ -12,7 +12,9 @@ from typing import Any
 
 import pytest
 
-from orchestrator import conventions, errors, preflight, profile
+from orchestrator import conventions, errors
+from orchestrator.plan import preflight
+from orchestrator.profile import model as profile
 
 NAMESPACE = "inference"
 RELEASE = "llama3-70b"

@@ -6,7 +6,8 @@ import pathlib
 
 import pytest
 
-from orchestrator import errors, profile
+from orchestrator import errors
+from orchestrator.profile import model as profile
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 PROD = (ROOT / "profiles" / "prod-tp4.yaml").read_text()

@@ -15,8 +15,12 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from orchestrator import cli, json_schema, preflight, profile, views
+from orchestrator.apply import views
+from orchestrator.cli import app as cli
 from orchestrator.errors import ExitCode
+from orchestrator.plan import preflight
+from orchestrator.profile import json_schema
+from orchestrator.profile import model as profile
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 PROFILES = sorted((ROOT / "profiles").glob("*.yaml"))

@@ -17,8 +17,12 @@ import click.testing
 import pytest
 import yaml
 
-from orchestrator import cli, planner, profile, profile_pod, render
+from orchestrator.cli import app as cli
 from orchestrator.errors import ExitCode
+from orchestrator.plan import planner
+from orchestrator.profile import model as profile
+from orchestrator.profile import pod as profile_pod
+from orchestrator.render import manifests as render
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 DEV = ROOT / "profiles" / "dev-tp2.yaml"

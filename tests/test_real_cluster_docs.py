@@ -26,7 +26,7 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from orchestrator import cli
+from orchestrator.cli import app as cli
 
 GUIDE = docblocks.DOCS / "real-cluster.md"
 BLOCKS = docblocks.blocks(GUIDE)

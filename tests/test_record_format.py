@@ -16,8 +16,11 @@ import click.testing
 import pytest
 from test_releases import NOW, FakeKube, manifests
 
-from orchestrator import audit, cli, errors, record_format, releases
+from orchestrator import errors
+from orchestrator.cli import app as cli
 from orchestrator.errors import ExitCode
+from orchestrator.records import audit, releases
+from orchestrator.records import format as record_format
 
 GOLDEN = pathlib.Path(__file__).resolve().parent / "data" / "records"
 RELEASE, NS = "llama3-70b", "inference"
@@ -124,7 +127,7 @@ def test_golden_export_names_its_format_and_verifies_against_the_golden_records(
     assert audit.compare_with_export(history(store(fmt)), doc) == []
 
 
-def test_a_new_revision_after_format_1_records_is_format_2_chained_to_them() -> None:
+def test_a_new_revision_after_format_1_records_is_the_current_format_chained_to_them() -> None:
     kube = store(1)
     old = history(kube)
 
@@ -147,12 +150,13 @@ def test_a_new_revision_after_format_1_records_is_format_2_chained_to_them() -> 
         now=NOW,
     )
 
-    assert (new.revision, new.format, new.prev_hash) == (6, 2, old[-1].hash)
-    assert json.loads(kube.get("ConfigMap", "deployctl.llama3-70b.v6", NS)["data"]["record.json"])["format"] == 2
+    fmt = releases.RECORD_FORMAT
+    assert (new.revision, new.format, new.prev_hash) == (6, fmt, old[-1].hash)
+    assert json.loads(kube.get("ConfigMap", "deployctl.llama3-70b.v6", NS)["data"]["record.json"])["format"] == fmt
     records = history(kube)
     assert audit.verify(records, release=RELEASE, namespace=NS) == []
     export = json.loads(json.dumps(audit.export(records, release=RELEASE, namespace=NS, now=NOW)))
-    assert export["format"] == 2
+    assert export["format"] == fmt
     assert ["format" in e for e in export["records"]] == [False] * 5 + [True]
     assert audit.verify_export(export) == []
 
@@ -160,11 +164,11 @@ def test_a_new_revision_after_format_1_records_is_format_2_chained_to_them() -> 
 # --- a newer format -------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("label", ["3", None], ids=["labelled", "only-in-record.json"])
+@pytest.mark.parametrize("label", ["4", None], ids=["labelled", "only-in-record.json"])
 def test_a_record_in_a_newer_format_is_refused_naming_both_versions_before_its_fields(label: str | None) -> None:
     kube = store(2)
-    # A field format 2 does not know: an older deployctl must never show it as a validation error.
-    name = plant(kube, 6, 3, label=label, signature={"alg": "ed25519", "sig": "AAAA"})
+    # A field format 3 does not know: an older deployctl must never show it as a validation error.
+    name = plant(kube, 6, 4, label=label, witness={"alg": "ed25519", "sig": "AAAA"})
     creates = kube.creates
 
     with pytest.raises(errors.NewerRecordFormat) as refused:
@@ -191,21 +195,21 @@ def test_a_record_in_a_newer_format_is_refused_naming_both_versions_before_its_f
     message = refused.value.message
     assert refused.value.exit_code == ExitCode.AUDIT_FAILED == 9
     assert message.startswith(
-        f"release {RELEASE} revision 6 in namespace {NS} (ConfigMap {name}) is record format 3; "
-        "this deployctl 0.2.0 reads formats 1-2: upgrade deployctl to a version that reads format 3"
+        f"release {RELEASE} revision 6 in namespace {NS} (ConfigMap {name}) is record format 4; "
+        "this deployctl 0.2.0 reads formats 1-3: upgrade deployctl to a version that reads format 4"
     )
     assert "docs/upgrading.md" in message
-    assert "signature" not in message and "validation error" not in message.lower()
+    assert "witness" not in message and "validation error" not in message.lower()
     assert kube.creates == creates, "a record was written after a newer one"
 
 
 def test_a_newer_format_label_is_refused_even_when_the_body_is_not_json() -> None:
     kube = store(1)
-    name = plant(kube, 6, 3, label="3")
+    name = plant(kube, 6, 4, label="4")
     cm = kube.objects[("ConfigMap", NS, name)]
     cm["data"]["record.json"] = "<a format this deployctl cannot imagine>"
 
-    with pytest.raises(errors.NewerRecordFormat, match="is record format 3"):
+    with pytest.raises(errors.NewerRecordFormat, match="is record format 4"):
         history(kube)
 
 
@@ -268,15 +272,15 @@ def write(tmp_path: pathlib.Path, doc: dict[str, Any]) -> str:
 
 
 def test_audit_verify_file_refuses_an_export_of_a_newer_format_exit_9(tmp_path: pathlib.Path) -> None:
-    doc = golden_export(2) | {"format": 3}
+    doc = golden_export(2) | {"format": 4}
     path = write(tmp_path, doc)
 
     result = run("audit", "verify", "--file", path)
 
     assert result.exit_code == ExitCode.AUDIT_FAILED, result.output
     assert (
-        f"audit export {path} of release {RELEASE} in namespace {NS} is record format 3; "
-        "this deployctl 0.2.0 reads formats 1-2: upgrade deployctl"
+        f"audit export {path} of release {RELEASE} in namespace {NS} is record format 4; "
+        "this deployctl 0.2.0 reads formats 1-3: upgrade deployctl"
     ) in result.stderr
     assert "Traceback" not in result.output
 

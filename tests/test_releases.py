@@ -12,7 +12,8 @@ from typing import Any
 
 import pytest
 
-from orchestrator import audit, errors, releases
+from orchestrator import errors
+from orchestrator.records import audit, releases
 
 NS = "inference"
 RELEASE = "llama3-70b"
@@ -175,7 +176,7 @@ def test_record_configmap_is_immutable_labelled_and_annotated_with_the_hash_of_i
         "deployctl.dev/revision": "1",
         "deployctl.dev/outcome": "deployed",
         "app.kubernetes.io/managed-by": "deployctl",
-        "deployctl.dev/record-format": "2",
+        "deployctl.dev/record-format": str(releases.RECORD_FORMAT),
     }
     assert cm["immutable"] is True
     text = cm["data"]["record.json"].encode()
@@ -379,7 +380,7 @@ def test_history_summaries_carry_status_and_who_and_what() -> None:
     ]
     assert rows[3] == {
         "revision": 4,
-        "format": 2,
+        "format": releases.RECORD_FORMAT,
         "status": "deployed",
         "description": "rollback to 2",
         "timestamp": "2024-05-01T12:00:00Z",

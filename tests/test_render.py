@@ -17,8 +17,12 @@ import jinja2
 import pytest
 import yaml
 
-from orchestrator import engines, planner, profile, render, vllm_flags
+from orchestrator import engines
 from orchestrator.engines import flags as engine_flags
+from orchestrator.engines import vllm_flags
+from orchestrator.plan import planner
+from orchestrator.profile import model as profile
+from orchestrator.render import manifests as render
 
 
 def _rendered(prof: profile.Profile, strategy: dict[str, Any] | None = None) -> list[dict[str, Any]]:
@@ -522,7 +526,7 @@ def test_render_rbac_grants_group_and_podmonitor_writes_only_for_a_profile_that_
 ) -> None:
     from click.testing import CliRunner
 
-    from orchestrator import cli
+    from orchestrator.cli import app as cli
 
     result = CliRunner().invoke(cli.main, ["render", str(path), "--format", "rbac", "-o", "json"])
     assert result.exit_code == 0, result.output

@@ -18,7 +18,11 @@ from typing import Any
 import pydantic
 import pytest
 
-from orchestrator import conventions, planner, profile, render, rollout
+from orchestrator import conventions
+from orchestrator.apply import rollout
+from orchestrator.plan import planner
+from orchestrator.profile import model as profile
+from orchestrator.render import manifests as render
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 TWO_NODE = ROOT / "profiles" / "llama31-405b-2node.yaml"

@@ -1,7 +1,7 @@
 """The InferenceProfile status (kstatus conditions) and the Argo CD health check that reads it.
 
 The Lua check runs in a real Lua interpreter (lupa embeds Lua 5.4), against the statuses
-orchestrator.resource_status writes for each way a generation can end.
+orchestrator.controller.resource_status writes for each way a generation can end.
 """
 
 from __future__ import annotations
@@ -14,8 +14,9 @@ import lupa
 import pytest
 import yaml
 
-from orchestrator import gate, resource_status
-from orchestrator.outcome import Failure, Outcome
+from orchestrator.apply.outcome import Failure, Outcome
+from orchestrator.controller import resource_status
+from orchestrator.gate import verdict as gate
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 HEALTH_LUA = ROOT / "gitops" / "argocd" / "inferenceprofile-health.lua"

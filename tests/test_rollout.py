@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from orchestrator import health, rollout
+from orchestrator.apply import health, rollout
 
 UID = "dep-uid"
 

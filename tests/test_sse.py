@@ -10,7 +10,7 @@ import hypothesis
 import hypothesis.strategies as st
 import pytest
 
-from orchestrator import sse
+from orchestrator.gate import sse
 
 
 def data(obj: object) -> bytes:

@@ -8,7 +8,8 @@ import pathlib
 
 import pytest
 
-from orchestrator import engines, startup_log
+from orchestrator import engines
+from orchestrator.engines import startup_log
 
 LOGS = pathlib.Path(__file__).parent / "data" / "vllm_startup"
 

@@ -18,8 +18,11 @@ import pytest
 import test_releases as tr
 from click.testing import CliRunner
 
-from orchestrator import audit, cli, errors, outcome, pipeline, purge, releases, uninstall
+from orchestrator import errors
+from orchestrator.apply import outcome, pipeline, uninstall
+from orchestrator.cli import app as cli
 from orchestrator.errors import ExitCode
+from orchestrator.records import audit, purge, releases
 
 NS, RELEASE = tr.NS, tr.RELEASE
 NOW = datetime.datetime(2024, 6, 1, 8, 30, 0, tzinfo=datetime.timezone.utc)

@@ -16,8 +16,11 @@ import yaml
 from click.testing import CliRunner
 
 import orchestrator
-from orchestrator import cli, crd, releases, render
+from orchestrator.cli import app as cli
+from orchestrator.controller import crd
 from orchestrator.errors import ExitCode
+from orchestrator.records import releases
+from orchestrator.render import manifests as render
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 OLD_CRD = ROOT / "e2e" / "fixtures" / "upgrade" / "v0.1.0" / "crd.yaml"
@@ -138,7 +141,7 @@ def test_version_json_names_the_record_formats_crd_chart_and_flag_tables() -> No
     assert data["engines"]["vllm"]["flag_sets"] == data["vllm_flag_sets"]
     assert all(e["default"] in e["flag_sets"] for e in data["engines"].values())
     text = CliRunner().invoke(cli.main, ["version"]).stdout
-    assert f"Release records: writes format {releases.RECORD_FORMAT}, reads 1, 2\n" in text
+    assert f"Release records: writes format {releases.RECORD_FORMAT}, reads 1, 2, 3\n" in text
     assert f"CRD: {crd.NAME} {crd.VERSION}; chart: {render.CHART_NAME} {orchestrator.__version__}" in text
 
 

@@ -15,8 +15,11 @@ import click.testing
 import pytest
 import yaml
 
-from orchestrator import cli, conventions, planner, profile
+from orchestrator import conventions
+from orchestrator.cli import app as cli
 from orchestrator.errors import ExitCode
+from orchestrator.plan import planner
+from orchestrator.profile import model as profile
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 PROD = ROOT / "profiles" / "prod-tp4.yaml"

@@ -10,7 +10,8 @@ import pydantic
 import pytest
 import yaml
 
-from orchestrator import profile, vllm_flags
+from orchestrator.engines import vllm_flags
+from orchestrator.profile import model as profile
 
 VERSION = "0.33.0"
 ROOT = pathlib.Path(__file__).resolve().parent.parent

@@ -18,7 +18,8 @@ from typing import Any
 import click.testing
 import pytest
 
-from orchestrator import cli, vllm_flags, vllm_help
+from orchestrator.cli import app as cli
+from orchestrator.engines import vllm_flags, vllm_help
 from orchestrator.errors import ExitCode
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent

@@ -1,6 +1,6 @@
 -- Argo CD health check for deployctl's InferenceProfile (deployctl.dev/v1), in the format of
 -- Argo CD's resource.customizations.health.<group>_<kind> (docs/gitops.md shows where it goes).
--- It reads the kstatus conditions the deployctl controller writes (orchestrator/resource_status.py):
+-- It reads the kstatus conditions the deployctl controller writes (orchestrator/controller/resource_status.py):
 --   a status about an older generation, or Reconciling=True   -> Progressing
 --   Stalled=True (a generation failed and is not retried)     -> Degraded, with the failure class
 --   Ready=True (deployed, or an on-call manual rollback)      -> Healthy

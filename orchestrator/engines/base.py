@@ -17,7 +17,7 @@ import re
 from collections.abc import Mapping
 from typing import ClassVar
 
-from orchestrator import startup_log, vllm_flags
+from orchestrator.engines import startup_log, vllm_flags
 
 # The profile's KV-cache dtypes (engine.kvCacheDtype); each engine maps the ones it honours to its value.
 KV_CACHE_DTYPES = ("auto", "fp8", "fp8_e4m3", "fp8_e5m2")

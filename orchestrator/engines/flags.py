@@ -24,8 +24,8 @@ from dataclasses import dataclass
 from importlib import resources
 from typing import Any
 
-from orchestrator import vllm_flags
-from orchestrator.vllm_flags import FlagSet, Option, Problem, ProblemKind
+from orchestrator.engines import vllm_flags
+from orchestrator.engines.vllm_flags import FlagSet, Option, Problem, ProblemKind
 
 _DATA_DIR = "data/engine_flags"
 _TITLES = {"sglang": "SGLang", "tgi": "TGI", "trtllm": "TensorRT-LLM"}

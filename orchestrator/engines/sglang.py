@@ -28,7 +28,7 @@ import re
 from collections.abc import Mapping
 from typing import ClassVar
 
-from orchestrator import startup_log
+from orchestrator.engines import startup_log
 from orchestrator.engines.base import CrashClass, Engine, KvBudget, MemoryInputs, Refusal, ServerSettings
 
 _KV = re.compile(r"KV Cache is allocated\..*?#tokens: (\d+)")

@@ -27,7 +27,7 @@ import re
 from collections.abc import Mapping
 from typing import ClassVar
 
-from orchestrator import startup_log
+from orchestrator.engines import startup_log
 from orchestrator.engines.base import CrashClass, Engine, KvBudget, MemoryInputs, Refusal, ServerSettings
 
 WIGGLE_ROOM = 0.90  # TGI_WIGGLE_ROOM since v3.3 (0.93 in v3.1-3.2, 0.95 in v3.0)

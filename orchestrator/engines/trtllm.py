@@ -32,7 +32,7 @@ import re
 from collections.abc import Mapping
 from typing import ClassVar
 
-from orchestrator import startup_log
+from orchestrator.engines import startup_log
 from orchestrator.engines.base import CrashClass, Engine, KvBudget, MemoryInputs, Refusal, ServerSettings
 
 DEFAULT_MAX_NUM_TOKENS = 8192  # trtllm-serve's --max_num_tokens default

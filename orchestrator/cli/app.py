@@ -1,0 +1,631 @@
+"""The deployctl command line: parse options, make one library call, print, exit with its code.
+
+Modules that talk to a cluster (and the ``kubernetes`` client they import) are imported inside
+the commands that need them, so ``validate`` and ``plan`` start fast on a laptop or CI runner.
+"""
+
+from __future__ import annotations
+
+import datetime
+import pathlib
+import sys
+from typing import Any
+
+import click
+
+import orchestrator
+from orchestrator import errors, output
+from orchestrator.cli import bench as bench_cli
+from orchestrator.cli import flags as cli_flags
+from orchestrator.cli import keys as cli_keys
+from orchestrator.cli import options as cli_options
+from orchestrator.cli import schema as cli_schema
+from orchestrator.cli import uninstall as cli_uninstall
+from orchestrator.cli import views as cli_views
+from orchestrator.errors import ExitCode
+
+VERSION = orchestrator.__version__
+SUPPORTED_KUBERNETES = "1.30 – 1.37"
+
+
+def _load(path: str, sets: tuple[str, ...] = (), namespace: cli_options.Namespace | None = None) -> Any:
+    return cli_options.load_profile(path, sets, namespace).profile
+
+
+@click.group(
+    cls=cli_options.Group, context_settings={"auto_envvar_prefix": "DEPLOYCTL", "help_option_names": ["-h", "--help"]}
+)
+@click.version_option(VERSION, prog_name="deployctl")
+@click.pass_context
+def main(ctx: click.Context) -> None:
+    """deployctl: plan, render, apply, gate and roll back vLLM inference on Kubernetes."""
+    ctx.color = output.color_setting()  # subcommands inherit it; click.echo keeps or strips colour by it
+
+
+# --- profile commands (no cluster) ----------------------------------------------------------------
+
+
+def _checked(prof: Any, *, allow_unfit: bool = False) -> Any:
+    """The plan, or the refusal every command gives for the profile (planner.check owns the verdict)."""
+    from orchestrator.plan import planner
+
+    return planner.check(prof, allow_unfit=allow_unfit)
+
+
+@main.command()
+@cli_options.profile_argument()
+@cli_options.set_option
+@cli_options.output_option()
+@cli_options.handles_errors
+def validate(profile_path: str, sets: tuple[str, ...], output_format: str) -> None:
+    """Check a profile's schema and VRAM math; no cluster needed."""
+    prof = _load(profile_path, sets)
+    plan = _checked(prof, allow_unfit=True)
+    data = {
+        "profile": prof.source,
+        "valid": True,
+        "fits": plan.fits,
+        "verdict": plan.verdict,
+        "findings": [f.to_json() for f in plan.findings],
+    }
+    if output_format != "text":
+        click.echo(output.emit(data, output_format))
+    else:
+        status = output.paint("fits", "green") if plan.fits else output.paint("does NOT fit", "red")
+        click.echo(
+            f"{prof.source}: valid; {status} ({prof.metadata.name}, TP={prof.engine.tensorParallelSize}, "
+            f"{prof.hardware.gpu or str(prof.hardware.memoryGiB) + ' GiB'})"
+        )
+        for f in plan.findings:
+            if f.severity != "info":
+                click.echo(f"  {f.severity}: {f.message}")
+    sys.exit(int(ExitCode.OK if plan.fits else ExitCode.DOES_NOT_FIT))
+
+
+@main.command()
+@cli_options.profile_argument()
+@cli_options.set_option
+@click.option(
+    "--calibrate-from",
+    "release",
+    metavar="RELEASE",
+    help="Correct the memory the model does not explain by what this release's vLLM logged at start-up "
+    "(same model, GPU, vLLM version, TP and PP; needs the cluster).",
+)
+@cli_options.namespace_option("The --calibrate-from release's (default: the profile's namespace, see docs/cli.md).")
+@cli_options.cluster_options
+@cli_options.output_option(aliases={"table": "text"})
+@cli_options.handles_errors
+def plan(
+    profile_path: str,
+    sets: tuple[str, ...],
+    release: str | None,
+    namespace: str | None,
+    kubeconfig: str | None,
+    context: str | None,
+    output_format: str,
+) -> None:
+    """The capacity table: does it fit, how many full-context sequences, and why."""
+    from orchestrator.plan import planner, planview
+
+    calibration = None
+    if release:
+        from orchestrator.apply import views
+
+        # The release is looked for where -n says, else where the profile lives (its own namespace,
+        # else DEPLOYCTL_NAMESPACE, the context's, default): a release may be calibrated from another namespace.
+        where = None if namespace else cli_options.resolve_namespace(None, kubeconfig, context)
+        prof = _load(profile_path, sets, where)
+        release_ns = namespace or prof.metadata.namespace
+        opts = cli_options.options(kubeconfig=kubeconfig, context=context)
+        calibration = views.calibration(opts, release, release_ns, prof)
+    else:
+        prof = _load(profile_path, sets)
+    p = planner.check(prof, allow_unfit=True, calibration=calibration)
+    if output_format == "text":
+        click.echo(planview.render_table(prof, p, color=output.color_enabled(sys.stdout)))
+    else:
+        click.echo(output.emit(p.to_json(), output_format))
+    sys.exit(int(ExitCode.OK if p.fits else ExitCode.DOES_NOT_FIT))
+
+
+@main.command()
+@cli_options.profile_argument(required=False)
+@cli_options.set_option
+@click.option("--output-dir", "out_dir", type=click.Path(file_okay=False), help="Write one YAML file per object here.")
+@cli_options.renamed_option("--out", "--output-dir")
+@cli_options.output_option(
+    ("yaml", "json"),
+    "yaml",
+    old_meaning="write files with --output-dir {value}",
+    help="yaml: a multi-document stream; json: one v1 List (helm-values: the values as JSON).",
+)
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(
+        [
+            "manifests",
+            "helm-values",
+            "rbac",
+            "object",
+            "crd",
+            "controller",
+            "controller-namespace",
+            "policy-crd",
+            "admission",
+        ]
+    ),
+    default="manifests",
+    show_default=True,
+    help="Kubernetes manifests; values for charts/vllm-inference; the RBAC deployctl itself needs; the profile "
+    "as an InferenceProfile object; the InferenceProfile CustomResourceDefinition; `deployctl controller` "
+    "in the cluster; the Role and RoleBinding that opt namespaces in to it; the InferencePolicy "
+    "CustomResourceDefinition; or the policy's ValidatingAdmissionPolicy, its binding and the default "
+    "InferencePolicy (all but the first four need no PROFILE).",
+)
+@click.option(
+    "--controller-namespace",
+    default="deployctl-system",
+    show_default=True,
+    help="With --format controller or controller-namespace: where the controller runs.",
+)
+@click.option(
+    "--watch-namespace",
+    "watch_namespaces",
+    multiple=True,
+    help="With --format controller or controller-namespace (required there): a namespace the controller may "
+    "deploy in, given a Role and RoleBinding there (repeatable). Nowhere else can it write.",
+)
+@click.option(
+    "--image",
+    default=None,
+    help="With --format controller (and required there): the controller image, pinned by digest "
+    "(docs/gitops.md says how to build it).",
+)
+@click.option(
+    "--force",
+    is_flag=True,
+    help="Render a profile that does not fit its GPUs (exit 3 otherwise); the verdict goes into the objects' "
+    "annotations.",
+)
+@cli_options.handles_errors
+def render(
+    profile_path: str | None,
+    sets: tuple[str, ...],
+    out_dir: str | None,
+    output_format: str,
+    fmt: str,
+    controller_namespace: str,
+    watch_namespaces: tuple[str, ...],
+    image: str | None,
+    force: bool,
+) -> None:
+    """Render deterministic manifests (GitOps), Helm values, the RBAC deployctl needs, or the InferenceProfile
+    object and its CRD."""
+    from orchestrator.render import manifests as render_mod
+
+    if out_dir and output_format != "yaml":
+        raise errors.UsageError(
+            f"--output-dir writes YAML files; drop -o {output_format}, or drop --output-dir to print "
+            f"{output_format} to stdout"
+        )
+    emit = _Emitter(out_dir, output_format)
+    if fmt == "crd":
+        from orchestrator.controller import crd
+
+        emit.objects([crd.definition()])
+        return
+    if fmt == "controller":
+        if image is None:
+            raise errors.UsageError(
+                "render --format controller needs --image REGISTRY/deployctl-controller@sha256:…, the digest of "
+                "the image built from the Containerfile (docs/gitops.md)"
+            )
+        emit.objects(render_mod.controller(controller_namespace, image, watch_namespaces))
+        return
+    if fmt == "controller-namespace":
+        emit.objects(render_mod.controller_namespace(controller_namespace, watch_namespaces))
+        return
+    if fmt in ("policy-crd", "admission"):
+        from orchestrator.controller import crd
+        from orchestrator.policy import admission
+
+        emit.objects([crd.policy_definition()] if fmt == "policy-crd" else admission.objects())
+        return
+    if profile_path is None:
+        raise errors.UsageError(f"render --format {fmt} needs a PROFILE (a profile file or an InferenceProfile object)")
+    prof = _load(profile_path, sets)
+    plan = _checked(prof, allow_unfit=force)
+    if not plan.fits:
+        problems = " ".join(f.message for f in plan.findings if f.severity == "error")
+        click.echo(output.paint("warning: ", "yellow", sys.stderr) + f"rendered with --force: {problems}", err=True)
+    if fmt == "helm-values":
+        values = render_mod.helm_values(prof, plan)
+        text = output.emit(values, output_format) + "\n"
+        if out_dir:
+            path = pathlib.Path(out_dir)
+            path.mkdir(parents=True, exist_ok=True)
+            (path / "values.yaml").write_text(text)
+            click.echo(f"wrote {path / 'values.yaml'}", err=True)
+        else:
+            click.echo(text, nl=False)
+        return
+    if fmt == "object":
+        from orchestrator.profile import model as profile_mod
+
+        emit.objects([profile_mod.to_object(prof)])
+        return
+    key_secret = prof.gate.apiKeySecret.name if prof.gate.apiKeySecret else None
+    objects = render_mod.render(prof, plan)
+    if fmt == "rbac":
+        # The Role grants what this profile's objects need: no RayCluster writes for a single-node profile.
+        kinds = {o["kind"] for o in objects}
+        objects = render_mod.rbac(prof.metadata.namespace, api_key_secret=key_secret, kinds=kinds)
+    emit.objects(objects)
+
+
+class _Emitter:
+    """Where render's objects go: files under --output-dir, a YAML stream, or one JSON v1 List."""
+
+    def __init__(self, out_dir: str | None, output_format: str) -> None:
+        self.out_dir = out_dir
+        self.output_format = output_format
+
+    def objects(self, objects: list[dict[str, Any]]) -> None:
+        from orchestrator.render import manifests as render_mod
+
+        if self.out_dir:
+            for written in render_mod.write(objects, pathlib.Path(self.out_dir)):
+                click.echo(f"wrote {written}", err=True)
+        elif self.output_format == "json":
+            click.echo(output.emit({"apiVersion": "v1", "kind": "List", "items": objects}, "json"))
+        else:
+            click.echo(render_mod.to_yaml(objects), nl=False)
+
+
+# --- cluster commands -------------------------------------------------------------------------------
+
+
+def _apply_like(fn: Any) -> Any:
+    fn = click.option(
+        "--lock-ttl",
+        type=cli_options.Duration(5, 3600, integer=True),
+        default=60,
+        show_default=True,
+        help="How long before a lock left by a killed deployctl may be taken over (60, 90s, 5m).",
+    )(fn)
+    fn = click.option(
+        "--timeout",
+        type=cli_options.Duration(1),
+        help="Overall rollout deadline: 90s, 10m, 1h30m or seconds (default: rollout.progressDeadlineSeconds).",
+    )(fn)
+    fn = cli_options.namespace_option("Namespace when the profile has no metadata.namespace (see docs/cli.md).")(fn)
+    fn = cli_options.set_option(fn)
+    fn = click.option("--skip-bench", is_flag=True, help="Skip the smoke benchmark; gate on /health only.")(fn)
+    fn = click.option("--endpoint", help="Reach the server here instead of port-forwarding to each pod.")(fn)
+    fn = cli_options.allow_gate_host_option(fn)
+    fn = cli_options.cluster_options(fn)
+    fn = cli_options.signing_options(fn)
+    return fn
+
+
+@main.command()
+@cli_options.profile_argument()
+@_apply_like
+@click.option("--no-rollback", is_flag=True, help="Leave a failed revision in place for debugging.")
+@click.option("--create-namespace", is_flag=True, help="Create the profile's namespace if it is missing.")
+@click.option(
+    "--adopt",
+    is_flag=True,
+    help="Take over existing objects named like the release but without its label (recorded); check them first.",
+)
+@click.option(
+    "--dry-run",
+    is_flag=True,
+    help="Plan, preflight and a server-side dry-run apply: say what would happen, write nothing.",
+)
+@cli_options.output_option()
+@cli_options.handles_errors
+def apply(
+    profile_path: str,
+    sets: tuple[str, ...],
+    namespace: str | None,
+    kubeconfig: str | None,
+    context: str | None,
+    endpoint: str | None,
+    allow_gate_hosts: tuple[str, ...],
+    skip_bench: bool,
+    timeout: float | None,
+    lock_ttl: int,
+    no_rollback: bool,
+    create_namespace: bool,
+    adopt: bool,
+    dry_run: bool,
+    output_format: str,
+    signing_key: str | None,
+    verify_keys: tuple[str, ...],
+) -> None:
+    """Plan, preflight, lock, apply, watch, gate and record — or roll back."""
+    from orchestrator.apply import pipeline
+
+    loaded = cli_options.load_profile(profile_path, sets, cli_options.resolve_namespace(namespace, kubeconfig, context))
+    progress = output.Progress(quiet=False)
+    outcome = pipeline.apply(
+        loaded.profile,
+        loaded.text,
+        cli_options.options(
+            kubeconfig=kubeconfig,
+            context=context,
+            endpoint=endpoint,
+            allowed_gate_hosts=allow_gate_hosts,
+            rollback=not no_rollback,
+            skip_bench=skip_bench,
+            timeout=timeout,
+            create_namespace=create_namespace,
+            adopt=adopt,
+            dry_run=dry_run,
+            lock_ttl=lock_ttl,
+            signing_key=signing_key,
+            verify_keys=verify_keys,
+        ),
+        progress,
+    )
+    progress.finish_line()
+    cli_options.finish(outcome, output_format)
+
+
+@main.command("gate")
+@cli_options.profile_argument()
+@_apply_like
+@cli_options.output_option()
+@cli_options.handles_errors
+def gate_cmd(
+    profile_path: str,
+    sets: tuple[str, ...],
+    namespace: str | None,
+    kubeconfig: str | None,
+    context: str | None,
+    endpoint: str | None,
+    allow_gate_hosts: tuple[str, ...],
+    skip_bench: bool,
+    timeout: float | None,
+    lock_ttl: int,
+    output_format: str,
+    signing_key: str | None,
+    verify_keys: tuple[str, ...],
+) -> None:
+    """GitOps: wait for the synced Deployment to carry this profile, then health + smoke gate and record."""
+    from orchestrator.apply import gitops
+
+    loaded = cli_options.load_profile(profile_path, sets, cli_options.resolve_namespace(namespace, kubeconfig, context))
+    progress = output.Progress()
+    outcome = gitops.gate(
+        loaded.profile,
+        loaded.text,
+        cli_options.options(
+            kubeconfig=kubeconfig,
+            context=context,
+            endpoint=endpoint,
+            allowed_gate_hosts=allow_gate_hosts,
+            skip_bench=skip_bench,
+            timeout=timeout,
+            lock_ttl=lock_ttl,
+            signing_key=signing_key,
+            verify_keys=verify_keys,
+        ),
+        progress,
+    )
+    progress.finish_line()
+    cli_options.finish(outcome, output_format)
+
+
+@main.command()
+@cli_options.namespace_option(
+    "Watch InferenceProfile objects in this namespace only (default: $DEPLOYCTL_NAMESPACE, else the context's, "
+    "else default)."
+)
+@click.option("-A", "--all-namespaces", is_flag=True, help="Watch InferenceProfile objects in every namespace.")
+@click.option(
+    "--lease-namespace",
+    envvar="POD_NAMESPACE",
+    help="Namespace of the leader-election Lease (deployctl-controller). Default: the pod's namespace "
+    "in the cluster (POD_NAMESPACE), else --namespace.",
+)
+@cli_options.cluster_options
+@click.option("--lease-seconds", type=cli_options.Duration(5, 600, integer=True), default=15, show_default=True)
+@click.option("--resync", type=cli_options.Duration(1), default=30, show_default=True, help="Time between resyncs.")
+@click.option("--lock-ttl", type=cli_options.Duration(5, 3600, integer=True), default=60, show_default=True)
+@click.option(
+    "--signing-secret",
+    default="deployctl-signing-key",
+    show_default=True,
+    help="Secret in the --lease-namespace whose signing-key.pem signs the release records (docs/security.md).",
+)
+@click.option(
+    "--workers",
+    type=click.IntRange(1, 64),
+    default=4,
+    show_default=True,
+    help="Objects reconciled at once (each object by one worker at a time): one slow rollout never stalls the rest.",
+)
+@cli_options.handles_errors
+def controller(
+    namespace: str | None,
+    all_namespaces: bool,
+    lease_namespace: str | None,
+    kubeconfig: str | None,
+    context: str | None,
+    lease_seconds: int,
+    resync: float,
+    lock_ttl: int,
+    signing_secret: str,
+    workers: int,
+) -> None:
+    """Deploy InferenceProfile objects: each new generation by the apply sequence, status in kstatus terms."""
+    from orchestrator.controller import reconciler as controller_mod
+
+    if namespace and all_namespaces:
+        raise errors.UsageError("give --namespace NS or --all-namespaces (-A), not both")
+    if not all_namespaces:
+        namespace = cli_options.resolve_namespace(namespace, kubeconfig, context).name
+    lease_ns = lease_namespace or namespace
+    if lease_ns is None:
+        raise errors.UsageError("with --all-namespaces, give --lease-namespace (or run in a pod with POD_NAMESPACE)")
+    settings = controller_mod.Settings(
+        namespace=namespace,
+        lease_namespace=lease_ns,
+        kubeconfig=kubeconfig,
+        context=context,
+        lease_seconds=lease_seconds,
+        resync_seconds=resync,
+        lock_ttl=lock_ttl,
+        signing_secret=signing_secret,
+        workers=workers,
+    )
+
+    def report(where: str, message: str) -> None:
+        stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%H:%M:%SZ")
+        click.echo(f"{stamp} {where} {message}")
+
+    try:
+        controller_mod.run(settings, report)
+    except KeyboardInterrupt:
+        report("controller", "stopped")
+
+
+@main.command()
+@click.argument("name")
+@cli_options.namespace_option()
+@click.option("--to", "to", type=int, help="Revision to restore (default: the last good one before the live one).")
+@cli_options.cluster_options
+@click.option("--endpoint", help="Reach the server here instead of port-forwarding to each pod.")
+@cli_options.allow_gate_host_option
+@click.option("--timeout", type=cli_options.Duration(1), help="Rollout deadline: 90s, 10m, 1h30m or seconds.")
+@click.option("--lock-ttl", type=cli_options.Duration(5, 3600, integer=True), default=60, show_default=True)
+@cli_options.signing_options
+@cli_options.output_option()
+@cli_options.handles_errors
+def rollback(
+    name: str,
+    namespace: str | None,
+    to: int | None,
+    kubeconfig: str | None,
+    context: str | None,
+    endpoint: str | None,
+    allow_gate_hosts: tuple[str, ...],
+    timeout: float | None,
+    lock_ttl: int,
+    output_format: str,
+    signing_key: str | None,
+    verify_keys: tuple[str, ...],
+) -> None:
+    """Re-apply an earlier revision's stored manifests (needs only a kubeconfig and, for signed records, a key)."""
+    from orchestrator.apply import pipeline
+
+    progress = output.Progress()
+    outcome = pipeline.rollback(
+        name,
+        cli_options.resolve_namespace(namespace, kubeconfig, context).name,
+        to,
+        cli_options.options(
+            kubeconfig=kubeconfig,
+            context=context,
+            endpoint=endpoint,
+            allowed_gate_hosts=allow_gate_hosts,
+            timeout=timeout,
+            lock_ttl=lock_ttl,
+            signing_key=signing_key,
+            verify_keys=verify_keys,
+        ),
+        progress,
+    )
+    progress.finish_line()
+    cli_options.finish(outcome, output_format)
+
+
+@main.command("bench")
+@bench_cli.options
+@cli_options.output_option(("text", "json"), "text", aliases={"table": "text"})
+@cli_options.handles_errors
+def bench_cmd(output_format: str, **options: Any) -> None:
+    """The smoke benchmark alone (vLLM `bench serve` metric names, and its flag names too).
+
+    Exits 5 when nothing could be measured, no request completed, or the error rate is above
+    --max-error-rate; the report is printed (and saved) first.
+    """
+    problem = bench_cli.run(output_format, options)
+    if problem:
+        # Not raised: handles_errors would add an error object to stdout, which holds the report.
+        cli_options.fail(errors.EndpointError(problem))
+
+
+@main.command()
+@cli_options.output_option()
+def version(output_format: str) -> None:
+    """deployctl's version, the record format it writes and reads, its CRD and chart versions, the engine
+    versions it has flag tables for, and the Kubernetes versions it supports (docs/upgrading.md)."""
+    from orchestrator import engines
+    from orchestrator.controller import crd
+    from orchestrator.engines import vllm_flags
+    from orchestrator.profile import model as profile_mod
+    from orchestrator.records import releases
+    from orchestrator.render import manifests as render
+
+    data = {
+        "deployctl": VERSION,
+        "record_format": {"writes": releases.RECORD_FORMAT, "reads": list(releases.RECORD_FORMATS_READ)},
+        "crd": {"name": crd.NAME, "group": crd.GROUP, "version": crd.VERSION},
+        # The chart ships with deployctl and carries its version (tests/test_chart.py holds them equal).
+        "chart": {"name": render.CHART_NAME, "version": VERSION},
+        "default_vllm": profile_mod.DEFAULT_VLLM_VERSION,
+        "vllm_flag_sets": vllm_flags.known_versions(),
+        "engines": {
+            kind: {"default": engine.default_version, "flag_sets": engine.versions()}
+            for kind, engine in engines.ENGINES.items()
+        },
+        "kubernetes": SUPPORTED_KUBERNETES,
+    }
+    if output_format != "text":
+        click.echo(output.emit(data, output_format))
+    else:
+        lines = [f"deployctl {VERSION}"]
+        for engine in engines.ENGINES.values():
+            sets = ", ".join(engine.versions())
+            lines.append(f"{engine.title}: {engine.default_version} (flag sets: {sets})")
+        lines.append(f"Kubernetes: {SUPPORTED_KUBERNETES}")
+        reads = ", ".join(str(f) for f in releases.RECORD_FORMATS_READ)
+        lines.append(f"Release records: writes format {releases.RECORD_FORMAT}, reads {reads}")
+        lines.append(f"CRD: {crd.NAME} {crd.VERSION}; chart: {render.CHART_NAME} {VERSION}")
+        click.echo("\n".join(lines))
+
+
+@main.command()
+@click.argument("shell", type=click.Choice(["bash", "zsh", "fish"]))
+def completion(shell: str) -> None:
+    """Print the shell completion script: eval "$(deployctl completion bash)"; also zsh, fish."""
+    from click.shell_completion import get_completion_class
+
+    cls = get_completion_class(shell)
+    assert cls is not None
+    click.echo(cls(main, {}, "deployctl", "_DEPLOYCTL_COMPLETE").source())
+
+
+for _command in (
+    cli_views.history,
+    cli_views.status,
+    cli_views.diff,
+    cli_views.inventory,
+    cli_views.audit,
+    cli_schema.schema,
+    cli_uninstall.uninstall,
+    cli_flags.engine_flags,
+    cli_keys.keygen,
+):
+    main.add_command(_command)
+# Last: every option of every command, including those added above, reads DEPLOYCTL_<COMMAND>_<OPTION>.
+cli_options.install_envvars(main)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,507 @@
+"""The post-deploy smoke benchmark: drive streaming chat requests, measure, report.
+
+``run(config)`` sends ``warmup`` unmeasured requests, then either keeps ``concurrency`` streams
+in flight (closed loop) or sends at ``request_rate`` (Poisson, or gamma with ``burstiness``,
+never more than ``concurrency`` in flight), and returns a :class:`BenchReport` whose metrics use
+vLLM ``bench serve`` names (:mod:`orchestrator.gate.metrics`). Above what one process can drive the
+load is sharded across processes and the samples merged on the shared monotonic clock.
+
+What is sent lives in :mod:`orchestrator.gate.workload`, the report and its renderings in
+:mod:`orchestrator.gate.bench_report`; this module is the load generator that ties them together.
+Its configuration comes from the command line (:func:`config_for`) or from a profile's
+``gate.smoke`` section (:func:`config_from_profile`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import datetime
+import itertools
+import math
+import multiprocessing
+import queue
+import secrets
+import time
+import urllib.parse
+from collections.abc import Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any
+
+import pydantic
+
+from orchestrator import errors, http
+from orchestrator.gate import bench_report, metrics, sse, workload
+
+if TYPE_CHECKING:
+    from orchestrator.profile import model as profile_mod
+
+CHAT_PATH = workload.CHAT_PATH
+LOOP_PROBE_INTERVAL_S = 0.01
+_SHARD_START_TIMEOUT_S = 600.0
+
+# The public API lives here; the pieces live in their own modules.
+BenchConfig = workload.BenchConfig
+BenchReport = bench_report.BenchReport
+format_table = bench_report.format_table
+save = bench_report.save
+
+# What `run_smoke` has always allowed one smoke request, whatever the profile's overall bound.
+SMOKE_REQUEST_TIMEOUT_CAP_S = 120.0
+
+
+# --------------------------------------------------------------------------- configuration
+
+
+def endpoint_url(url: str) -> str:
+    """The server's base URL as we call it: http(s) only, no trailing slash, no OpenAI-style ``/v1``.
+
+    OpenAI clients take ``http://host:8000/v1`` as their base URL; we add ``/v1/...`` ourselves,
+    so that habit would ask for ``/v1/v1/chat/completions`` and get a 404 for every request.
+    A URL that can never work (no http(s) scheme, no host) is a UsageError.
+    """
+    base = http.check_url(url)
+    if urllib.parse.urlsplit(base).path.endswith("/v1") and base.endswith("/v1"):  # not http://v1
+        return base.removesuffix("/v1").rstrip("/")
+    return base
+
+
+def config_for(url: str, **settings: Any) -> BenchConfig:
+    """A BenchConfig from what a user typed: the URL normalised, a bad value a UsageError (exit 1).
+
+    ``settings`` are BenchConfig fields. Values pydantic refuses, and infinite or NaN numbers
+    (an infinite burstiness never draws an arrival time), become one message naming the option.
+    """
+    base = endpoint_url(url)
+    for name, value in settings.items():
+        if isinstance(value, float) and not math.isfinite(value):
+            raise errors.UsageError(f"--{name.replace('_', '-')} must be a finite number, got {value}")
+    try:
+        return BenchConfig(url=base, **settings)
+    except pydantic.ValidationError as e:
+        problems = []
+        for err in e.errors():
+            option = "--" + ".".join(str(part) for part in err["loc"]).replace("_", "-")
+            problems.append(f"{option}: {err['msg']}" if err["loc"] else err["msg"])
+        raise errors.UsageError(f"invalid benchmark settings: {'; '.join(problems)}") from e
+
+
+def config_from_profile(profile: profile_mod.Profile, url: str) -> BenchConfig:
+    """The smoke benchmark a profile's ``gate.smoke`` section asks for, sent to ``url``.
+
+    The whole run is bounded by ``timeoutSeconds`` (``requests`` is the cap within it), and one
+    request may take that long too, but never more than two minutes.
+    """
+    smoke = profile.gate.smoke
+    return BenchConfig(
+        url=url,
+        model=profile.model.name,
+        engine=profile.engine.kind,
+        concurrency=smoke.concurrency,
+        requests=smoke.requests,
+        input_tokens=smoke.inputTokens,
+        output_tokens=smoke.outputTokens,
+        warmup=smoke.warmup,
+        duration=float(smoke.timeoutSeconds),
+        timeout=min(float(smoke.timeoutSeconds), SMOKE_REQUEST_TIMEOUT_CAP_S),
+    )
+
+
+# --------------------------------------------------------------------------- one request
+
+
+class _Stream:
+    """Folds one response's events into a RequestSample."""
+
+    def __init__(self, sample: metrics.RequestSample) -> None:
+        self.sample = sample
+        self.decoder = sse.EventDecoder()
+        self.done = False
+        self.last = sample.start
+
+    def take(self, arrival: float, events: list[sse.Event]) -> bool:
+        """Apply events that arrived at ``arrival``; False once the stream must stop being read."""
+        s = self.sample
+        for event in events:
+            for item in sse.classify(event):
+                if item.kind is sse.Kind.TOKEN:
+                    if s.ttft is None:
+                        s.ttft = arrival - s.start
+                    else:
+                        s.itl.append(arrival - self.last)
+                    self.last = arrival
+                    s.latency = arrival - s.start
+                    s.token_chunks += 1
+                elif item.kind is sse.Kind.USAGE:
+                    s.completion_tokens = item.completion_tokens
+                    s.prompt_tokens = item.prompt_tokens
+                elif item.kind is sse.Kind.DONE:
+                    self.done = True
+                    return False
+                elif item.kind is sse.Kind.ERROR:
+                    return self.fail(metrics.FailureKind.STREAM_ERROR, f"error event in stream: {item.message}")
+                elif item.kind is sse.Kind.MALFORMED:
+                    return self.fail(metrics.FailureKind.PROTOCOL, item.message)
+        return True
+
+    def fail(self, kind: metrics.FailureKind, message: str) -> bool:
+        self.sample.failure = kind
+        self.sample.error = errors.excerpt(message, 300)  # it is stored in the gate report
+        return False
+
+    def finish(self) -> None:
+        if self.sample.failure is not None:
+            return
+        if not self.done:
+            self.fail(metrics.FailureKind.PROTOCOL, "stream ended without data: [DONE] (answer cut short)")
+        elif self.sample.ttft is None:
+            generated = self.sample.completion_tokens
+            if generated:
+                # The server generated tokens that decode to no text (special tokens, partial
+                # characters): nothing a user sees, and no first token to time.
+                self.fail(
+                    metrics.FailureKind.NO_TOKENS,
+                    f"stream completed without any output text although the server counted {generated} "
+                    "completion tokens: the model generates only special tokens or incomplete characters "
+                    "(check its tokenizer and chat template)",
+                )
+            else:
+                self.fail(metrics.FailureKind.NO_TOKENS, "stream completed without any output token")
+
+
+async def send_one(
+    client: http.StreamClient, body: bytes, prompt_tokens_estimate: int, timeout: float, path: str = CHAT_PATH
+) -> metrics.RequestSample:
+    """Send one request and time it; failures are recorded in the sample, never raised."""
+    called = client.clock()
+    sample = metrics.RequestSample(start=called, prompt_tokens_estimate=prompt_tokens_estimate)
+    stream = _Stream(sample)
+
+    def sent(at: float) -> None:
+        sample.start = stream.last = at
+        sample.send_delay = at - called
+
+    try:
+        async with contextlib.aclosing(client.stream_post(path, body, sent)) as chunks:
+            async for arrival, chunk in chunks:
+                if not stream.take(arrival, stream.decoder.feed(chunk)):
+                    break
+                if arrival - sample.start > timeout:
+                    stream.fail(metrics.FailureKind.TIMEOUT, f"request took longer than {timeout:g} s")
+                    break
+            else:
+                stream.take(client.clock(), stream.decoder.close())
+    except http.EndpointUnreachable as e:
+        stream.fail(metrics.FailureKind.CONNECT, e.message)
+    except http.EndpointTimeout as e:
+        stream.fail(metrics.FailureKind.TIMEOUT, e.message)
+    except http.EndpointStatusError as e:
+        if http.is_unauthorized(e):
+            stream.fail(metrics.FailureKind.UNAUTHORIZED, f"{e.message} (the server wants another API key)")
+        else:
+            stream.fail(metrics.FailureKind.HTTP_STATUS, e.message)
+    except errors.EndpointError as e:
+        stream.fail(metrics.FailureKind.PROTOCOL, e.message)
+    sample.end = client.clock()
+    stream.finish()
+    return sample
+
+
+# --------------------------------------------------------------------------- one client process
+
+
+@dataclasses.dataclass(frozen=True)
+class _Shard:
+    """The part of a run one process drives."""
+
+    index: int
+    stride: int  # number of shards
+    concurrency: int
+    request_indices: tuple[int, ...] | None  # None: unbounded, until the deadline
+    warmup: int
+    arrivals: tuple[float, ...] | None  # open loop only: send offsets of this shard's requests
+
+
+@dataclasses.dataclass
+class _ShardResult:
+    samples: list[metrics.RequestSample]
+    started: float
+    ended: float
+    cpu_seconds: float
+    loop_lags: list[float]
+    dispatch_lags: list[float]
+    steady_until: float | None  # closed loop: when the first stream slot found no work left
+    aborted: str | None = None
+
+
+async def _probe_loop(lags: list[float], stop: asyncio.Event) -> None:
+    loop = asyncio.get_running_loop()
+    while not stop.is_set():
+        before = loop.time()
+        await asyncio.sleep(LOOP_PROBE_INTERVAL_S)
+        lags.append(max(0.0, loop.time() - before - LOOP_PROBE_INTERVAL_S))
+
+
+async def _warm_up(client: http.StreamClient, config: BenchConfig, shard: _Shard, run_id: str) -> str | None:
+    """Send the shard's warm-up requests; return why measuring is pointless, or None."""
+    if shard.warmup == 0:
+        return None
+    pending = iter(range(shard.warmup))
+    outcomes: list[metrics.RequestSample] = []
+
+    async def worker() -> None:
+        for i in pending:
+            prompt, estimate = workload.build_prompt(
+                config.seed, -1 - i, f"{run_id}-w{shard.index}-{i}", config.input_tokens
+            )
+            body = workload.request_body(config, prompt)
+            outcomes.append(await send_one(client, body, estimate, config.timeout, config.endpoint))
+
+    await asyncio.gather(*(worker() for _ in range(min(shard.warmup, shard.concurrency))))
+    if all(s.failure in metrics.UNMEASURED_FAILURES for s in outcomes):
+        return f"all {len(outcomes)} warm-up requests failed: {outcomes[0].error}"
+    return None
+
+
+async def _measure(
+    client: http.StreamClient, config: BenchConfig, shard: _Shard, run_id: str, started: float
+) -> tuple[list[metrics.RequestSample], list[float], float | None]:
+    """The measured phase: returns samples, dispatch lags and (closed loop) the end of steady state."""
+    clock = client.clock
+    deadline = started + config.duration if config.duration is not None else math.inf
+    samples: list[metrics.RequestSample] = []
+    # Duration-only runs number requests without end; shards interleave so numbers stay unique.
+    indices: Iterator[int] = (
+        iter(shard.request_indices) if shard.request_indices is not None else itertools.count(shard.index, shard.stride)
+    )
+
+    async def one(index: int) -> None:
+        prompt, estimate = workload.build_prompt(config.seed, index, f"{run_id}-{index}", config.input_tokens)
+        body = workload.request_body(config, prompt)
+        samples.append(await send_one(client, body, estimate, config.timeout, config.endpoint))
+
+    if shard.arrivals is None:
+        # The first slot to run out of work ends the steady state: from then on fewer than
+        # `concurrency` streams are in flight by design, so that tail is not judged.
+        idle: list[float] = []
+
+        async def worker() -> None:
+            for index in indices:
+                if clock() >= deadline:
+                    break
+                await one(index)
+            idle.append(clock())
+
+        await asyncio.gather(*(worker() for _ in range(shard.concurrency)))
+        return samples, [], min(idle)
+
+    slots = asyncio.Semaphore(shard.concurrency)
+    dispatch_lags: list[float] = []
+    tasks: list[asyncio.Task[None]] = []
+
+    async def capped(index: int) -> None:
+        async with slots:
+            await one(index)
+
+    # indices holds exactly one number per arrival (see _plan).
+    for index, offset in zip(indices, shard.arrivals, strict=False):
+        delay = started + offset - clock()
+        if delay > 0:
+            await asyncio.sleep(delay)
+        # Waiting for a free slot is the cap working as asked, not the client falling behind.
+        if not slots.locked():
+            dispatch_lags.append(max(0.0, clock() - started - offset))
+        tasks.append(asyncio.create_task(capped(index)))
+    await asyncio.gather(*tasks)
+    return samples, dispatch_lags, None
+
+
+async def _run_shard(
+    config: BenchConfig,
+    shard: _Shard,
+    run_id: str,
+    *,
+    clock: Callable[[], float] = time.perf_counter,
+    transport: Any = None,
+    barrier: Callable[[], None] | None = None,
+    api_key: str | None = None,
+) -> _ShardResult:
+    read_timeout = min(config.stall_timeout, config.timeout)
+    client = http.StreamClient(
+        config.url, shard.concurrency, read_timeout=read_timeout, clock=clock, transport=transport, api_key=api_key
+    )
+    async with client:
+        aborted = await _warm_up(client, config, shard, run_id)
+        if barrier is not None:
+            barrier()  # every shard starts measuring at the same moment
+        started = clock()
+        if aborted:
+            return _ShardResult([], started, started, 0.0, [], [], None, aborted)
+        cpu_before = time.process_time()
+        stop = asyncio.Event()
+        lags: list[float] = []
+        probe = asyncio.create_task(_probe_loop(lags, stop))
+        samples, dispatch_lags, steady_until = await _measure(client, config, shard, run_id, started)
+        # Like vLLM: the run ends when the last answer is complete, not at its last token.
+        ended = clock()
+        cpu_seconds = time.process_time() - cpu_before
+        stop.set()
+        await probe
+    return _ShardResult(samples, started, ended, cpu_seconds, lags, dispatch_lags, steady_until)
+
+
+def _plan(config: BenchConfig) -> list[_Shard]:
+    count = config.process_count()
+    arrivals: list[float] | None = None
+    total = config.requests
+    if config.request_rate is not None:
+        arrivals = workload.arrival_offsets(
+            config.requests, config.request_rate, config.burstiness, config.seed, config.duration
+        )
+        total = len(arrivals)
+    shards = []
+    for i in range(count):
+        concurrency = config.concurrency // count + (1 if i < config.concurrency % count else 0)
+        warmup = config.warmup // count + (1 if i < config.warmup % count else 0)
+        indices = tuple(range(i, total, count)) if total is not None else None
+        shard_arrivals = tuple(arrivals[i::count]) if arrivals is not None else None
+        shards.append(_Shard(i, count, concurrency, indices, warmup, shard_arrivals))
+    return shards
+
+
+def _shard_process(
+    config_json: str,
+    shard: _Shard,
+    run_id: str,
+    barrier: Any,
+    results: multiprocessing.Queue[Any],
+    api_key: str | None,
+) -> None:
+    config = BenchConfig.model_validate_json(config_json)
+
+    def wait() -> None:
+        barrier.wait(_SHARD_START_TIMEOUT_S)
+
+    results.put((shard.index, asyncio.run(_run_shard(config, shard, run_id, barrier=wait, api_key=api_key))))
+
+
+def _run_sharded(config: BenchConfig, shards: Sequence[_Shard], run_id: str, api_key: str | None) -> list[_ShardResult]:
+    # spawn, not fork: the caller may hold threads (Kubernetes watches) that fork would copy half-done.
+    ctx = multiprocessing.get_context("spawn")
+    barrier = ctx.Barrier(len(shards))
+    results: multiprocessing.Queue[Any] = ctx.Queue()
+    procs = [
+        ctx.Process(
+            target=_shard_process,
+            # The key goes to the child as an argument, never in the config, which reports keep.
+            args=(config.model_dump_json(), shard, run_id, barrier, results, api_key),
+            name=f"deployctl-bench-{shard.index}",
+            daemon=True,
+        )
+        for shard in shards
+    ]
+    for proc in procs:
+        proc.start()
+    collected: dict[int, _ShardResult] = {}
+    try:
+        while len(collected) < len(shards):
+            try:
+                index, result = results.get(timeout=1.0)
+            except queue.Empty:
+                dead = [p for p in procs if p.exitcode not in (None, 0)]
+                if dead:
+                    barrier.abort()
+                    raise RuntimeError(
+                        f"benchmark client process {dead[0].name} exited with code {dead[0].exitcode}; "
+                        "its traceback is on stderr"
+                    ) from None
+                continue
+            collected[index] = result
+    finally:
+        for proc in procs:
+            proc.join(timeout=5.0)
+            if proc.is_alive():
+                proc.terminate()
+    return [collected[i] for i in range(len(shards))]
+
+
+# --------------------------------------------------------------------------- the run
+
+
+async def run_async(
+    config: BenchConfig,
+    *,
+    clock: Callable[[], float] = time.perf_counter,
+    transport: Any = None,
+    run_id: str | None = None,
+    api_key: str | None = None,
+) -> BenchReport:
+    """One run in the current event loop and process (``processes`` is ignored).
+
+    ``clock`` and ``transport`` (an ``httpx`` transport, handed through to :mod:`orchestrator.http`)
+    let tests replace time and the network; ``run_id`` fixes the nonce prefix. ``api_key`` is sent
+    as a Bearer token and kept out of the report.
+    """
+    run_id = run_id or secrets.token_hex(4)
+    [shard] = _plan(config.model_copy(update={"processes": 1}))
+    wall = datetime.datetime.now(datetime.timezone.utc)
+    result = await _run_shard(config, shard, run_id, clock=clock, transport=transport, api_key=api_key)
+    return _report(config, run_id, wall, [result])
+
+
+def run(config: BenchConfig, *, api_key: str | None = None) -> BenchReport:
+    """Run the benchmark and return its report; server failures are in the report, never raised.
+
+    ``api_key`` (the server's ``--api-key``) is not part of ``config`` on purpose: the config is
+    stored with every report, and a key must never be.
+    """
+    http.check_url(config.url)  # fail once here, not once per client process
+    shards = _plan(config)
+    if len(shards) == 1:
+        return asyncio.run(run_async(config, api_key=api_key))
+    run_id = secrets.token_hex(4)
+    wall = datetime.datetime.now(datetime.timezone.utc)
+    return _report(config, run_id, wall, _run_sharded(config, shards, run_id, api_key))
+
+
+def _report(config: BenchConfig, run_id: str, wall: datetime.datetime, results: Sequence[_ShardResult]) -> BenchReport:
+    samples = [s for r in results for s in r.samples]
+    started = min(r.started for r in results)
+    duration = max(r.ended for r in results) - started
+    computed = metrics.compute(samples, duration)
+    cpu = sum(r.cpu_seconds for r in results)
+    steady = [r.steady_until for r in results if r.steady_until is not None]
+    load = metrics.client_load(
+        processes=len(results),
+        target_in_flight=min(config.concurrency, config.requests or config.concurrency),
+        mean_in_flight=metrics.mean_in_flight(samples, started, min(steady)) if steady else None,
+        cpu_seconds=cpu,
+        duration=duration,
+        loop_lags=[lag for r in results for lag in r.loop_lags],
+        dispatch_lags=[lag for r in results for lag in r.dispatch_lags],
+        send_delays=[s.send_delay for s in samples],
+    )
+    failures: dict[str, int] = {}
+    examples: list[str] = []
+    for s in samples:
+        if s.failure is not None:
+            failures[s.failure.value] = failures.get(s.failure.value, 0) + 1
+            if s.error not in examples and len(examples) < bench_report.ERROR_EXAMPLES:
+                examples.append(s.error)
+    done = [s for s in samples if s.success]
+    aborted = next((r.aborted for r in results if r.aborted), None)
+    return BenchReport(
+        **computed.model_dump(),
+        config=config,
+        started_at=wall.isoformat(timespec="seconds"),
+        run_id=run_id,
+        client_cpu_seconds=cpu,
+        client=load,
+        failures=failures,
+        errors=examples,
+        aborted=aborted,
+        ttfts_ms=[(s.ttft or 0.0) * 1000 for s in done],
+        tpots_ms=[tpot * 1000 for s in done if (tpot := s.tpot) is not None],
+        e2els_ms=[(s.latency or 0.0) * 1000 for s in done],
+        output_lens=[s.output_tokens for s in done],
+    )

@@ -1,0 +1,75 @@
+"""The SLO language: vLLM's SLA syntax, a map ``metric → "<op><number>"``, over the metric names
+of :mod:`orchestrator.gate.metrics`.
+
+One parser for the profile (so `deployctl validate` refuses a typo with a did-you-mean, before
+anything touches a cluster) and for the gate (which judges what was measured against it).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import math
+from collections.abc import Mapping
+
+from orchestrator.gate import metrics
+
+OPERATORS = ("<=", ">=", "==", "<", ">")  # two-character operators first: "<=" must not parse as "<"
+METRIC_NAMES = tuple(name for name, field in metrics.Metrics.model_fields.items() if field.annotation is not str)
+
+
+@dataclasses.dataclass(frozen=True)
+class Condition:
+    """One SLO condition, e.g. ``<=1500``."""
+
+    op: str
+    threshold: float
+
+    def holds(self, value: float) -> bool:
+        if self.op == "<=":
+            return value <= self.threshold
+        if self.op == ">=":
+            return value >= self.threshold
+        if self.op == "<":
+            return value < self.threshold
+        if self.op == ">":
+            return value > self.threshold
+        return value == self.threshold
+
+    def __str__(self) -> str:
+        return f"{self.op}{self.threshold:g}"
+
+
+def parse_condition(metric: str, text: object) -> Condition:
+    """Parse ``"<=1500"``; the ValueError names the metric and the operators allowed."""
+    raw = str(text).strip() if isinstance(text, str) else None
+    op = next((o for o in OPERATORS if raw is not None and raw.startswith(o)), None)
+    threshold = math.nan
+    if raw is not None and op is not None:
+        try:
+            threshold = float(raw[len(op) :].strip())
+        except ValueError:
+            threshold = math.nan
+    if op is None or not math.isfinite(threshold):
+        raise ValueError(
+            f"slo {metric}: {text!r} is not a condition; write one of the operators "
+            f'{", ".join(OPERATORS)} followed by a number, e.g. "<=1500"'
+        )
+    return Condition(op, threshold)
+
+
+def check_metric(metric: str) -> None:
+    """ValueError with a did-you-mean when ``metric`` is not a metric the gate measures."""
+    if metric not in METRIC_NAMES:
+        close = difflib.get_close_matches(metric, METRIC_NAMES, n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        raise ValueError(f"slo: unknown metric {metric!r}{hint}; the metrics are: {', '.join(METRIC_NAMES)}")
+
+
+def parse_slo(mapping: Mapping[str, object]) -> dict[str, Condition]:
+    """Parse a whole SLO map; a ValueError names the bad metric and what is allowed instead."""
+    parsed: dict[str, Condition] = {}
+    for metric, text in mapping.items():
+        check_metric(metric)
+        parsed[metric] = parse_condition(metric, text)
+    return parsed

@@ -1,0 +1,3 @@
+"""The profile: a YAML file (and --set overrides) in; a validated Profile, or errors naming field
+and line, out; and the profile's JSON Schema.
+"""

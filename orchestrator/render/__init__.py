@@ -1,0 +1,3 @@
+"""Rendering: a Profile and its Plan in; Kubernetes objects (the Jinja2 templates of
+orchestrator/manifests/) or the Helm chart's values out.
+"""
