@@ -18,26 +18,16 @@ sits below ``orchestrator.records.releases``, which attaches envelopes to record
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections.abc import Mapping
 from typing import Any
 
 import yaml
 
-from orchestrator.records import signing
+from orchestrator.records import encoding, signing
 
 STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
 PREDICATE_TYPE = "https://deployctl.dev/release/v1"
-
-
-def _canonical(value: Any) -> bytes:
-    # The same rules as releases.canonical_json (which this module may not import: it sits below).
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode()
-
-
-def _sha256(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
 
 
 # libyaml's loader when PyYAML has it: every command that writes checks every record, manifests
@@ -49,7 +39,7 @@ def _object_digest(obj: dict[str, Any]) -> str:
     # Lenient where canonical_json is strict: a YAML date or .nan in a manifest must not make a
     # record unsignable; writer and reader hash the same parsed value the same way.
     text = json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
-    return _sha256(text.encode())
+    return encoding.sha256(text.encode())
 
 
 def subjects(manifests: bytes, image: str) -> list[dict[str, Any]]:
@@ -88,7 +78,7 @@ def statement(body: Mapping[str, Any], manifests: bytes) -> dict[str, Any]:
 
 def sign(body: Mapping[str, Any], manifests: bytes, signer: signing.Signer) -> dict[str, Any]:
     """The DSSE envelope that a new record is stored with."""
-    return signing.envelope(_canonical(statement(body, manifests)), signer)
+    return signing.envelope(encoding.canonical_json(statement(body, manifests)), signer)
 
 
 def check(body: Mapping[str, Any], manifests: bytes, env: Any, keys: signing.PublicKeys) -> str:

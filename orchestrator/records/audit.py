@@ -44,8 +44,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
 from orchestrator import errors
+from orchestrator.records import encoding, releases
 from orchestrator.records import format as record_format
-from orchestrator.records import releases
 
 EXPORT_API_VERSION = "deployctl.dev/v1"
 EXPORT_KIND = "ReleaseAudit"
@@ -120,7 +120,7 @@ def verify(
                 f"revision {record.revision}: record.json hashes to {_short(computed)} but was stored as "
                 f"{_short(record.hash)}: it was edited after it was written",
             )
-        actual = releases.sha256(record.manifests)
+        actual = encoding.sha256(record.manifests)
         if actual != record.manifests_sha256:
             report(
                 record.revision,

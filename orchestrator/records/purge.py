@@ -34,7 +34,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
 from orchestrator import conventions, errors, output
-from orchestrator.records import audit, releases
+from orchestrator.records import audit, encoding, releases
 
 PURGED_LABEL = "deployctl.dev/purged"  # on tombstones; never the record label, so history skips them
 TOMBSTONE_KEY = "purge.json"
@@ -125,7 +125,7 @@ def tombstone(
         "head": {"revision": history[-1].revision, "hash": history[-1].hash},
         "export": {"sha256": export_sha256, "file": pathlib.Path(export_file).name},
     }
-    text = releases.canonical_json(body)
+    text = encoding.canonical_json(body)
     return {
         "apiVersion": "v1",
         "kind": "ConfigMap",
@@ -137,7 +137,7 @@ def tombstone(
                 conventions.RELEASE_LABEL: release,
                 conventions.MANAGED_BY_LABEL: conventions.MANAGED_BY,
             },
-            "annotations": {TOMBSTONE_HASH_ANNOTATION: releases.sha256(text)},
+            "annotations": {TOMBSTONE_HASH_ANNOTATION: encoding.sha256(text)},
         },
         "immutable": True,
         "data": {TOMBSTONE_KEY: text.decode()},
@@ -154,7 +154,7 @@ def read_tombstone(cm: Mapping[str, Any]) -> dict[str, Any] | None:
     if not isinstance(body, dict):
         return None
     stored = ((cm.get("metadata") or {}).get("annotations") or {}).get(TOMBSTONE_HASH_ANNOTATION)
-    intact = stored == releases.sha256(releases.canonical_json(body))
+    intact = stored == encoding.sha256(encoding.canonical_json(body))
     return {**body, "name": (cm.get("metadata") or {}).get("name"), "intact": intact}
 
 
@@ -164,7 +164,7 @@ def tombstones(kube: releases.Cluster, release: str, namespace: str) -> list[dic
     found = []
     for cm in items:
         body = read_tombstone(cm)
-        found.append(body or {"name": cm.get("metadata", {}).get("name"), "intact": False, "purged_at": ""})
+        found.append(body or {"name": encoding.object_at(cm, "metadata").get("name"), "intact": False, "purged_at": ""})
     return sorted(found, key=lambda t: str(t.get("purged_at", "")))
 
 
