@@ -109,7 +109,7 @@ def tombstone(
     *,
     release: str,
     namespace: str,
-    actor: dict[str, Any],
+    actor: dict[str, object],
     export_sha256: str,
     export_file: str,
     now: datetime.datetime,
@@ -144,21 +144,22 @@ def tombstone(
     }
 
 
-def read_tombstone(cm: Mapping[str, Any]) -> dict[str, Any] | None:
+def read_tombstone(cm: Mapping[str, object]) -> dict[str, object] | None:
     """A tombstone's body with ``name`` and ``intact`` (its hash matches), or None when unreadable."""
-    text = (cm.get("data") or {}).get(TOMBSTONE_KEY)
+    text = encoding.object_at(cm, "data").get(TOMBSTONE_KEY)
     try:
         body = json.loads(text) if isinstance(text, str) else None
     except ValueError:
         return None
     if not isinstance(body, dict):
         return None
-    stored = ((cm.get("metadata") or {}).get("annotations") or {}).get(TOMBSTONE_HASH_ANNOTATION)
+    meta = encoding.object_at(cm, "metadata")
+    stored = encoding.object_at(meta, "annotations").get(TOMBSTONE_HASH_ANNOTATION)
     intact = stored == encoding.sha256(encoding.canonical_json(body))
-    return {**body, "name": (cm.get("metadata") or {}).get("name"), "intact": intact}
+    return {**body, "name": meta.get("name"), "intact": intact}
 
 
-def tombstones(kube: releases.Cluster, release: str, namespace: str) -> list[dict[str, Any]]:
+def tombstones(kube: releases.Cluster, release: str, namespace: str) -> list[dict[str, object]]:
     """The release's purge tombstones, oldest first; an unreadable one shows as unreadable."""
     items, _ = kube.list("ConfigMap", namespace, labels=f"{PURGED_LABEL}=true,{conventions.RELEASE_LABEL}={release}")
     found = []
@@ -168,20 +169,21 @@ def tombstones(kube: releases.Cluster, release: str, namespace: str) -> list[dic
     return sorted(found, key=lambda t: str(t.get("purged_at", "")))
 
 
-def explained(message: str, stones: Sequence[Mapping[str, Any]], namespace: str) -> str:
+def explained(message: str, stones: Sequence[Mapping[str, object]], namespace: str) -> str:
     """``message`` about a release without records, followed by what its newest purge tombstone says."""
     if not stones:
         return message
     last = stones[-1]
-    if not last.get("revisions"):
+    revisions = last.get("revisions")
+    if not isinstance(revisions, list) or not revisions:
         return f"{message}. ConfigMap {last.get('name')} says its records were purged, but it is unreadable: inspect it"
-    revisions = last["revisions"]
-    who = (last.get("actor") or {}).get("user", "?")
-    export = last.get("export") or {}
+    first, newest = (r if isinstance(r, Mapping) else {} for r in (revisions[0], revisions[-1]))
+    who = encoding.object_at(last, "actor").get("user", "?")
+    export = encoding.object_at(last, "export")
     return (
-        f"{message}. Its records (revisions {revisions[0]['revision']}–{revisions[-1]['revision']}, head "
-        f"{str(last['head']['hash'])[:12]}) were purged at {last.get('purged_at')} by {who} after their export to "
-        f"{export.get('file')} (sha256 {str(export.get('sha256'))[:16]}…); "
+        f"{message}. Its records (revisions {first.get('revision')}–{newest.get('revision')}, head "
+        f"{str(encoding.object_at(last, 'head').get('hash'))[:12]}) were purged at {last.get('purged_at')} by {who} "
+        f"after their export to {export.get('file')} (sha256 {str(export.get('sha256'))[:16]}…); "
         f"`kubectl get configmap {last.get('name')} -n {namespace} -o yaml` shows the tombstone"
         + ("" if last.get("intact") else " (its hash does not match: it was edited)")
     )

@@ -133,7 +133,7 @@ class NewRecord:
     rollback_of: int | None = None
     observed: list[encoding.JsonObject] | None = None  # startup_log.Observation.to_json() per new pod
     deleted: list[str] | None = None  # an uninstall's objects, as "Kind/name"
-    trust: encoding.JsonObject | None = None  # a trust step's {"up_to": N, "head": hash}
+    trust: Mapping[str, object] | None = None  # a trust step's {"up_to": N, "head": hash} (trust.TrustBody)
 
     def body(self, revision: int, timestamp: str, prev_hash: str) -> encoding.JsonObject:
         """The ``record.json`` of this record as revision ``revision`` after the record hashed ``prev_hash``."""
