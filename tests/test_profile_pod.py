@@ -24,6 +24,7 @@ from orchestrator.plan import planner
 from orchestrator.profile import model as profile
 from orchestrator.profile import pod as profile_pod
 from orchestrator.render import manifests as render
+from orchestrator.render import resolve
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 DEV = ROOT / "profiles" / "dev-tp2.yaml"
@@ -139,7 +140,7 @@ def test_fs_group_goes_into_the_pod_security_context_on_root_mismatch_by_default
     (spec,) = pod_specs(with_engine(tmp_path, "  fsGroup: 2000\n"))
     context = spec["securityContext"]
     assert context["fsGroup"] == 2000 and context["fsGroupChangePolicy"] == "OnRootMismatch"
-    assert context["runAsUser"] == render.RUN_AS_UID and context["runAsNonRoot"] is True  # still restricted
+    assert context["runAsUser"] == resolve.RUN_AS_UID and context["runAsNonRoot"] is True  # still restricted
     (spec,) = pod_specs(with_engine(tmp_path, "  fsGroup: 2000\n  fsGroupChangePolicy: Always\n"))
     assert spec["securityContext"]["fsGroupChangePolicy"] == "Always"
 
@@ -192,7 +193,7 @@ def test_every_name_deployctl_sets_in_the_container_is_refused_by_the_profile() 
         for spec in pod_specs(path, sets):
             names = {e["name"] for e in spec["containers"][0]["env"]}
             assert names <= profile_pod.DEPLOYCTL_ENV.keys(), names - profile_pod.DEPLOYCTL_ENV.keys()
-    assert set(render.LWS_ENV) <= profile_pod.DEPLOYCTL_ENV.keys()
+    assert set(resolve.LWS_ENV) <= profile_pod.DEPLOYCTL_ENV.keys()
 
 
 # --- refused ---------------------------------------------------------------------------------------
