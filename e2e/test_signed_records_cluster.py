@@ -25,7 +25,7 @@ import yaml
 from controllerhelpers import apply_object, object_doc, wait_ready
 from deployhelpers import ReleaseEnv, Result, deployctl, profile, write_profile
 
-from orchestrator.records import releases
+from orchestrator.records import encoding, releases
 
 pytestmark = pytest.mark.kwok
 
@@ -106,10 +106,10 @@ def _forge(editor: kubernetes.client.ApiClient, namespace: str, endpoint: str) -
         "description": f"upgrade from revision {first.revision}",
         "timestamp": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "profile": yaml.safe_dump(stored),
-        "manifests_sha256": releases.sha256(manifests),
+        "manifests_sha256": encoding.sha256(manifests),
         "prev_hash": first.hash,
     }
-    hashed = releases.sha256(releases.canonical_json(body))
+    hashed = encoding.sha256(encoding.canonical_json(body))
     # The signature of revision 1, moved: the record looks signed, and its hashes are all valid.
     record = releases.record_from_body(body, hash=hashed, manifests=manifests, envelope=first.envelope)
     core.create_namespaced_config_map(namespace, releases.to_configmap(record))

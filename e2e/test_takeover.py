@@ -28,7 +28,7 @@ from deployhelpers import ReleaseEnv, deployctl, exists, profile, wait_until
 from orchestrator import conventions
 from orchestrator.controller import crd
 from orchestrator.kube import connect
-from orchestrator.records import releases
+from orchestrator.records import releases, revisions, writer
 
 pytestmark = pytest.mark.kwok
 
@@ -114,11 +114,11 @@ def _outside(env: ReleaseEnv) -> list[dict[str, Any]]:
 def _forge(env: ReleaseEnv) -> int:
     """Append a deployed revision whose manifests are revision 1's plus the objects of ``_outside``."""
     kube = connect(str(env.kubeconfig))
-    live = releases.live(releases.load_history(kube, "llm", env.namespace))
+    live = revisions.live(releases.load_history(kube, "llm", env.namespace))
     assert live is not None
     objects = [o for o in yaml.safe_load_all(live.manifests.decode()) if o] + _outside(env)
     forged = dataclasses.replace(
-        releases.Draft.of(live, {"user": "mallory", "ci": {}}),
+        writer.Draft.of(live, {"user": "mallory", "ci": {}}),
         manifests=yaml.safe_dump_all(objects, sort_keys=False).encode(),
     )
     return forged.record(kube, outcome="deployed", description="upgrade from revision 1").revision

@@ -4,7 +4,7 @@
     .venv/bin/python scripts/gen_record_fixtures.py tests/data/records                         # this one
 
 Builds the history of profiles/prod-tp4.yaml's release through that deployctl's own code (planner,
-render, releases.append, audit.export) against an in-memory store, no cluster: 1 install,
+render, writer.append, audit.export) against an in-memory store, no cluster: 1 install,
 2 upgrade (with a start-up observation), 3 a new image that failed its gate, 4 the automatic
 rollback to 2, 5 uninstall. Writes each record's ConfigMap and the audit export into
 DIR/format-N/ (N: the format that deployctl writes), replacing what was there. Time and actor are
@@ -24,7 +24,7 @@ from typing import Any
 
 from orchestrator.plan import planner
 from orchestrator.profile import model as profiles
-from orchestrator.records import audit, releases
+from orchestrator.records import audit, releases, writer
 from orchestrator.render import manifests as render
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
@@ -35,7 +35,7 @@ ACTOR = {"user": "system:serviceaccount:ci:deployctl", "ci": {"CI": "true", "GIT
 
 
 class Store:
-    """The three verbs ``releases.append`` uses, over a dict (as tests/test_releases.py's FakeKube)."""
+    """The three verbs ``writer.append`` uses, over a dict (as tests/test_releases.py's FakeKube)."""
 
     def __init__(self) -> None:
         self.objects: dict[str, dict[str, Any]] = {}
@@ -71,7 +71,7 @@ def revision_of(text: str) -> dict[str, Any]:
 
 
 def signed() -> dict[str, Any]:
-    """``signer=`` for releases.append, from the format that signs records on (none before)."""
+    """``signer=`` for a writer.Draft, from the format that signs records on (none before)."""
     if not hasattr(releases, "SIGNATURE_KEY"):
         return {}
     from orchestrator.records import signing
@@ -88,9 +88,8 @@ def build(store: Store) -> list[releases.Record]:
 
     def append(step: int, what: dict[str, Any], outcome: releases.Outcome, **fields: Any) -> releases.Record:
         now = START + datetime.timedelta(minutes=10 * step)
-        return releases.append(
-            store, name, namespace, outcome=outcome, actor=ACTOR, now=now, **what, **_defaults(fields), **signed()
-        )
+        draft = writer.Draft(name, namespace, actor=ACTOR, **what, **signed())
+        return writer.append(store, writer.NewRecord(draft, outcome, **fields), now=now)
 
     observed = [{"pod": "llama3-70b-7d9f8c6b5-x2x7q", "kv_cache_tokens": 412_320, "load_seconds": 187.4}]
     failed_gate = {"verdict": "fail", "metrics": {"p95_ttft_ms": 2100.0}, "failed": ["p95_ttft_ms 2100 > 1500"]}
@@ -114,10 +113,6 @@ def build(store: Store) -> list[releases.Record]:
         deleted=["Deployment/llama3-70b", "Service/llama3-70b", "ServiceAccount/llama3-70b"],
     )
     return releases.load_history(store, name, namespace)
-
-
-def _defaults(fields: dict[str, Any]) -> dict[str, Any]:
-    return {"gate": None, "failure": None, "rollback_of": None, **fields}
 
 
 def main(target: pathlib.Path) -> None:

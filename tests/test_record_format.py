@@ -19,7 +19,7 @@ from test_releases import NOW, FakeKube, manifests
 from orchestrator import errors
 from orchestrator.cli import app as cli
 from orchestrator.errors import ExitCode
-from orchestrator.records import audit, releases
+from orchestrator.records import audit, encoding, releases, revisions, writer
 from orchestrator.records import format as record_format
 
 GOLDEN = pathlib.Path(__file__).resolve().parent / "data" / "records"
@@ -56,14 +56,14 @@ def plant(kube: FakeKube, revision: int, fmt: int | None, *, label: str | None =
     body |= {"revision": revision, "prev_hash": newest["metadata"]["annotations"][releases.ANNOTATION_HASH], **fields}
     if fmt is not None:
         body["format"] = fmt
-    text = releases.canonical_json(body)
+    text = encoding.canonical_json(body)
     name = releases.record_name(RELEASE, revision)
     labels = cm["metadata"]["labels"]
     labels[releases.LABEL_REVISION] = str(revision)
     labels.pop(releases.LABEL_FORMAT)
     if label is not None:
         labels[releases.LABEL_FORMAT] = label
-    cm["metadata"] |= {"name": name, "annotations": {releases.ANNOTATION_HASH: releases.sha256(text)}}
+    cm["metadata"] |= {"name": name, "annotations": {releases.ANNOTATION_HASH: encoding.sha256(text)}}
     cm["data"]["record.json"] = text.decode()
     kube.create(cm)
     return name
@@ -99,14 +99,14 @@ def test_golden_records_load_verify_and_give_the_live_revision_and_rollback_targ
     # Before the uninstall: 4 is live (the rollback to 2 after 3 failed), and a rollback goes
     # back before 2's bytes, to 1.
     before = records[:4]
-    assert releases.live(before) is before[3]
-    target = releases.rollback_target(before)
+    assert revisions.live(before) is before[3]
+    target = revisions.rollback_target(before)
     assert target is not None and target.revision == 1
     # After it: nothing is live, and a rollback restores what was live when it ran.
-    assert releases.live(records) is None
-    target = releases.rollback_target(records)
+    assert revisions.live(records) is None
+    target = revisions.rollback_target(records)
     assert target is not None and target.revision == 4
-    assert [row["format"] for row in releases.summaries(records)] == [fmt] * 5
+    assert [row["format"] for row in revisions.summaries(records)] == [fmt] * 5
     assert records[1].planner_check()["kv_tokens_observed"] == 412_320
 
 
@@ -131,22 +131,24 @@ def test_a_new_revision_after_format_1_records_is_the_current_format_chained_to_
     kube = store(1)
     old = history(kube)
 
-    new = releases.append(
+    new = writer.append(
         kube,
-        RELEASE,
-        NS,
-        outcome="deployed",
-        description="rollback to 1",
-        manifests=old[0].manifests,
-        profile_text=old[0].profile,
-        plan=old[0].plan,
-        gate=None,
-        failure=None,
-        rollback_of=1,
-        model=old[0].model,
-        image=old[0].image,
-        profile_hash=old[0].profile_hash,
-        actor={"user": "alice", "ci": {}},
+        writer.NewRecord(
+            writer.Draft(
+                RELEASE,
+                NS,
+                manifests=old[0].manifests,
+                profile_text=old[0].profile,
+                plan=old[0].plan,
+                model=old[0].model,
+                image=old[0].image,
+                profile_hash=old[0].profile_hash,
+                actor={"user": "alice", "ci": {}},
+            ),
+            outcome="deployed",
+            description="rollback to 1",
+            rollback_of=1,
+        ),
         now=NOW,
     )
 
@@ -174,22 +176,23 @@ def test_a_record_in_a_newer_format_is_refused_naming_both_versions_before_its_f
     with pytest.raises(errors.NewerRecordFormat) as refused:
         history(kube)
     with pytest.raises(errors.NewerRecordFormat):
-        releases.append(
+        writer.append(
             kube,
-            RELEASE,
-            NS,
-            outcome="deployed",
-            description="upgrade",
-            manifests=manifests("v9"),
-            profile_text="",
-            plan=None,
-            gate=None,
-            failure=None,
-            rollback_of=None,
-            model=releases.ModelRef(name="m", revision=None),
-            image="i",
-            profile_hash="h",
-            actor={},
+            writer.NewRecord(
+                writer.Draft(
+                    RELEASE,
+                    NS,
+                    manifests=manifests("v9"),
+                    profile_text="",
+                    plan=None,
+                    model=releases.ModelRef(name="m", revision=None),
+                    image="i",
+                    profile_hash="h",
+                    actor={},
+                ),
+                outcome="deployed",
+                description="upgrade",
+            ),
         )
 
     message = refused.value.message

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from orchestrator import errors
-from orchestrator.records import audit, releases
+from orchestrator.records import audit, encoding, releases, revisions, writer
 
 NS = "inference"
 RELEASE = "llama3-70b"
@@ -91,22 +91,26 @@ def record(
     actor: dict[str, Any] | None = None,
     profile_text: str | None = None,
 ) -> releases.Record:
-    return releases.append(
+    return writer.append(
         kube,
-        RELEASE,
-        NS,
-        outcome=outcome,
-        description=description,
-        manifests=manifests(tag),
-        profile_text=profile_text or f"apiVersion: deployctl/v1\nkind: InferenceProfile\n# {tag}\n",
-        plan={"fits": True, "kv_tokens": 123456, "max_concurrency": 15.07},
-        gate=gate,
-        failure=failure,
-        rollback_of=rollback_of,
-        model=releases.ModelRef(name="meta-llama/Meta-Llama-3-70B-Instruct", revision="abc123"),
-        image=f"registry.internal/vllm/vllm-openai:{tag}",
-        profile_hash=f"sha256:{tag}",
-        actor=actor or {"user": "alice", "ci": {}},
+        writer.NewRecord(
+            writer.Draft(
+                RELEASE,
+                NS,
+                manifests=manifests(tag),
+                profile_text=profile_text or f"apiVersion: deployctl/v1\nkind: InferenceProfile\n# {tag}\n",
+                plan={"fits": True, "kv_tokens": 123456, "max_concurrency": 15.07},
+                model=releases.ModelRef(name="meta-llama/Meta-Llama-3-70B-Instruct", revision="abc123"),
+                image=f"registry.internal/vllm/vllm-openai:{tag}",
+                profile_hash=f"sha256:{tag}",
+                actor=actor or {"user": "alice", "ci": {}},
+            ),
+            outcome=outcome,
+            description=description,
+            gate=gate,
+            failure=failure,
+            rollback_of=rollback_of,
+        ),
         now=NOW,
     )
 
@@ -136,10 +140,10 @@ def tamper(kube: FakeKube, revision: int, change: Callable[[dict[str, Any]], Non
 def edit_record_json(cm: dict[str, Any], *, rehash: bool, **changes: Any) -> None:
     body = json.loads(cm["data"]["record.json"])
     body.update(changes)
-    text = releases.canonical_json(body)
+    text = encoding.canonical_json(body)
     cm["data"]["record.json"] = text.decode()
     if rehash:
-        cm["metadata"]["annotations"][releases.ANNOTATION_HASH] = releases.sha256(text)
+        cm["metadata"]["annotations"][releases.ANNOTATION_HASH] = encoding.sha256(text)
 
 
 def verify(records: list[releases.Record]) -> list[audit.Problem]:
@@ -180,12 +184,12 @@ def test_record_configmap_is_immutable_labelled_and_annotated_with_the_hash_of_i
     }
     assert cm["immutable"] is True
     text = cm["data"]["record.json"].encode()
-    assert cm["metadata"]["annotations"]["deployctl.dev/record-sha256"] == releases.sha256(text) == stored.hash
+    assert cm["metadata"]["annotations"]["deployctl.dev/record-sha256"] == encoding.sha256(text) == stored.hash
     assert text == json.dumps(json.loads(text), sort_keys=True, separators=(",", ":")).encode()
     assert gzip.decompress(base64.b64decode(cm["binaryData"]["manifests.yaml.gz"])) == manifests("v1")
     body = json.loads(text)
     assert body["timestamp"] == "2024-05-01T12:00:00Z"
-    assert body["manifests_sha256"] == releases.sha256(manifests("v1"))
+    assert body["manifests_sha256"] == encoding.sha256(manifests("v1"))
     assert body["model"] == {"name": "meta-llama/Meta-Llama-3-70B-Instruct", "revision": "abc123"}
 
 
@@ -200,9 +204,9 @@ def test_records_cannot_be_edited_in_place() -> None:
 
 
 def test_manifests_are_gzipped_deterministically() -> None:
-    packed = releases.gzip_bytes(manifests("v1"))
+    packed = encoding.gzip_bytes(manifests("v1"))
 
-    assert packed == releases.gzip_bytes(manifests("v1"))
+    assert packed == encoding.gzip_bytes(manifests("v1"))
     assert packed[4:8] == b"\0\0\0\0"  # mtime
     assert packed[9] == 0xFF  # OS "unknown", whatever machine wrote it
     assert gzip.decompress(packed) == manifests("v1")
@@ -269,11 +273,11 @@ def test_actor_keeps_the_user_and_listed_ci_variables_only() -> None:
         "HOME": "/home/bob",
     }
 
-    assert releases.actor("system:serviceaccount:ci:deployer", env) == {
+    assert writer.actor("system:serviceaccount:ci:deployer", env) == {
         "user": "system:serviceaccount:ci:deployer",
         "ci": {"CI": "true", "GITHUB_RUN_ID": "42", "GITHUB_REPOSITORY": "acme/infra", "GITHUB_ACTOR": "bob"},
     }
-    assert releases.actor("alice", {}) == {"user": "alice", "ci": {}}
+    assert writer.actor("alice", {}) == {"user": "alice", "ci": {}}
 
 
 def test_no_stored_field_holds_a_secret_when_the_profile_only_names_it() -> None:
@@ -288,7 +292,7 @@ def test_no_stored_field_holds_a_secret_when_the_profile_only_names_it() -> None
     profile_text = "model:\n  name: llama\n  source: {pvc: models}\nengine:\n  hfTokenSecret: hf-token\n"
     kube = FakeKube()
 
-    stored = record(kube, "v1", actor=releases.actor("alice", env), profile_text=profile_text)
+    stored = record(kube, "v1", actor=writer.actor("alice", env), profile_text=profile_text)
 
     assert planted not in json.dumps(kube.objects[("ConfigMap", NS, "deployctl.llama3-70b.v1")])
     assert planted not in json.dumps(audit.export(history(kube), release=RELEASE, namespace=NS, now=NOW))
@@ -316,8 +320,8 @@ def upgrade_failed_and_rolled_back(kube: FakeKube) -> list[releases.Record]:
 def test_status_after_install_upgrade_failed_upgrade_and_rollback() -> None:
     records = upgrade_failed_and_rolled_back(FakeKube())
 
-    assert releases.status_of(records) == {1: "superseded", 2: "superseded", 3: "failed", 4: "deployed"}
-    live = releases.live(records)
+    assert revisions.status_of(records) == {1: "superseded", 2: "superseded", 3: "failed", 4: "deployed"}
+    live = revisions.live(records)
     assert live is not None
     assert live.revision == 4
     assert live.rollback_of == 2
@@ -327,12 +331,12 @@ def test_status_after_install_upgrade_failed_upgrade_and_rollback() -> None:
 def test_rollback_after_an_auto_rolled_back_upgrade_goes_to_the_release_before_the_live_bytes() -> None:
     records = upgrade_failed_and_rolled_back(FakeKube())
 
-    target = releases.rollback_target(records)
+    target = revisions.rollback_target(records)
 
     # 4 runs B; 3 failed and 2 is B again, so "back" means A.
     assert target is not None
     assert target.revision == 1
-    assert releases.last_good_before(records, 4) == target
+    assert revisions.last_good_before(records, 4) == target
 
 
 def test_rollback_after_a_failed_upgrade_that_was_not_rolled_back_restores_the_live_release() -> None:
@@ -341,7 +345,7 @@ def test_rollback_after_a_failed_upgrade_that_was_not_rolled_back_restores_the_l
     record(kube, "B")
     record(kube, "C", outcome="failed", failure={"class": "RollbackFailed", "message": "timed out"})
 
-    target = releases.rollback_target(history(kube))
+    target = revisions.rollback_target(history(kube))
 
     assert target is not None
     assert target.revision == 2
@@ -352,25 +356,25 @@ def test_a_failed_install_has_no_live_release_and_nothing_to_roll_back_to() -> N
     record(kube, "A", outcome="failed", description="install", failure={"class": "RolloutFailed", "message": "x"})
     records = history(kube)
 
-    assert releases.status_of(records) == {1: "failed"}
-    assert releases.live(records) is None
-    assert releases.rollback_target(records) is None
+    assert revisions.status_of(records) == {1: "failed"}
+    assert revisions.live(records) is None
+    assert revisions.rollback_target(records) is None
 
 
 def test_unknown_revision_is_not_found_and_names_the_range() -> None:
     records = chain(FakeKube(), 2)
 
     with pytest.raises(errors.NotFound, match="revisions 1 to 2"):
-        releases.get(records, 7)
+        revisions.get(records, 7)
     with pytest.raises(errors.NotFound, match="revision 7"):
-        releases.last_good_before(records, 7)
-    assert releases.get(records, 2) == records[1]
+        revisions.last_good_before(records, 7)
+    assert revisions.get(records, 2) == records[1]
 
 
 def test_history_summaries_carry_status_and_who_and_what() -> None:
     records = upgrade_failed_and_rolled_back(FakeKube())
 
-    rows = releases.summaries(records)
+    rows = revisions.summaries(records)
 
     assert [(r["revision"], r["status"], r["description"], r["gate"]) for r in rows] == [
         (1, "superseded", "install", None),
@@ -402,11 +406,26 @@ def test_start_up_observations_are_stored_beside_the_plan_and_old_records_keep_t
         {"pod": "p-2", "device": "GPU", "kv_cache_tokens": 125000, "max_model_len": 8192, "max_concurrency": 15.26,
          "weights_gib": 32.9, "load_seconds": 44.0},
     ]  # fmt: skip
-    newer = releases.append(
-        kube, RELEASE, NS, outcome="deployed", description="upgrade", manifests=manifests("v2"),
-        profile_text="p", plan={"kv_cache_tokens": 120000}, gate=None, failure=None, rollback_of=None,
-        model=older.model, image="i", profile_hash="h", actor={"user": "alice", "ci": {}}, observed=seen, now=NOW,
-    )  # fmt: skip
+    newer = writer.append(
+        kube,
+        writer.NewRecord(
+            writer.Draft(
+                RELEASE,
+                NS,
+                manifests=manifests("v2"),
+                profile_text="p",
+                plan={"kv_cache_tokens": 120000},
+                model=older.model,
+                image="i",
+                profile_hash="h",
+                actor={"user": "alice", "ci": {}},
+            ),
+            outcome="deployed",
+            description="upgrade",
+            observed=seen,
+        ),
+        now=NOW,
+    )
     stored = history(kube)
     assert stored[1].observed == seen and stored[1].hash == newer.hash == stored[1].computed_hash()
     assert stored[0].hash == older.hash == stored[0].computed_hash()
@@ -457,7 +476,7 @@ def test_a_deleted_middle_record_leaves_a_gap() -> None:
 def test_replaced_manifests_are_reported() -> None:
     kube = FakeKube()
     chain(kube)
-    evil = base64.b64encode(releases.gzip_bytes(b"kind: Deployment\n# evil\n")).decode()
+    evil = base64.b64encode(encoding.gzip_bytes(b"kind: Deployment\n# evil\n")).decode()
     tamper(kube, 2, lambda cm: cm["binaryData"].update({"manifests.yaml.gz": evil}))
 
     assert codes(verify(history(kube))) == [(2, "manifests")]
@@ -500,7 +519,7 @@ def test_export_carries_manifests_that_are_not_utf8_exactly() -> None:
         kube,
         1,
         lambda cm: cm["binaryData"].update(
-            {"manifests.yaml.gz": base64.b64encode(releases.gzip_bytes(b"\xff\xfe")).decode()}
+            {"manifests.yaml.gz": base64.b64encode(encoding.gzip_bytes(b"\xff\xfe")).decode()}
         ),
     )
 

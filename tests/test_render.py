@@ -23,6 +23,7 @@ from orchestrator.engines import vllm_flags
 from orchestrator.plan import planner
 from orchestrator.profile import model as profile
 from orchestrator.render import manifests as render
+from orchestrator.render import resolve
 
 
 def _rendered(prof: profile.Profile, strategy: dict[str, Any] | None = None) -> list[dict[str, Any]]:
@@ -245,7 +246,7 @@ def test_offline_switches_follow_airgap_offline() -> None:
 def test_home_points_at_the_writable_volume_for_the_non_root_user() -> None:
     objects = _rendered(_load(PROD))
     mounts = {m["name"]: m for m in _container(objects)["volumeMounts"]}
-    assert _env(objects)["HOME"] == mounts["home"]["mountPath"] == render.HOME_DIR
+    assert _env(objects)["HOME"] == mounts["home"]["mountPath"] == resolve.HOME_DIR
 
 
 def test_service_links_are_off_so_a_service_named_vllm_cannot_set_vllm_port() -> None:
@@ -389,7 +390,7 @@ def test_startup_estimate_gives_a_70b_model_minutes_and_more_than_an_8b() -> Non
     small = _container(_rendered(_load(DEV)))["startupProbe"]
     big_s, small_s = (p["failureThreshold"] * p["periodSeconds"] for p in (big, small))
     assert 600 <= big_s <= 1800, "70B bf16 at 250 MiB/s: about 14 minutes, inside the progress deadline"
-    assert render.STARTUP_FIXED_SECONDS < small_s < big_s
+    assert resolve.STARTUP_FIXED_SECONDS < small_s < big_s
 
 
 def test_liveness_is_more_patient_than_readiness() -> None:

@@ -23,6 +23,7 @@ from orchestrator.apply import rollout
 from orchestrator.plan import planner
 from orchestrator.profile import model as profile
 from orchestrator.render import manifests as render
+from orchestrator.render import resolve
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 TWO_NODE = ROOT / "profiles" / "llama31-405b-2node.yaml"
@@ -141,7 +142,7 @@ def test_leaderworkerset_has_the_fields_lws_documents_and_vllms_multiprocessing_
     anti = template["workerTemplate"]["spec"]["affinity"]["podAntiAffinity"][
         "requiredDuringSchedulingIgnoredDuringExecution"
     ]
-    assert anti[0]["matchLabelKeys"] == [render.LWS_GROUP_KEY_LABEL], "one pod per node within each group"
+    assert anti[0]["matchLabelKeys"] == [resolve.LWS_GROUP_KEY_LABEL], "one pod per node within each group"
 
 
 # --- the Ray head's start script ----------------------------------------------------------------

@@ -26,7 +26,7 @@ from orchestrator import errors
 from orchestrator.apply import pipeline
 from orchestrator.cli import app as cli
 from orchestrator.errors import ExitCode
-from orchestrator.records import attestation, audit, releases, signing
+from orchestrator.records import attestation, audit, encoding, releases, revisions, signing, writer
 from orchestrator.records import trust as record_trust
 
 KEYS = pathlib.Path(__file__).resolve().parent / "data" / "keys"
@@ -52,22 +52,23 @@ def forge(kube: FakeKube, *, outcome: releases.Outcome = "deployed", manifests: 
         b"apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRoleBinding\nmetadata:\n  name: pwned\n"
         b"roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: cluster-admin}\n"
     )
-    return releases.append(
+    return writer.append(
         kube,
-        RELEASE,
-        NS,
-        outcome=outcome,
-        description="install",
-        manifests=evil,
-        profile_text=live.profile,
-        plan=live.plan,
-        gate=None,
-        failure=None,
-        rollback_of=None,
-        model=live.model,
-        image=live.image,
-        profile_hash=live.profile_hash,
-        actor={"user": "deployctl", "ci": {}},
+        writer.NewRecord(
+            writer.Draft(
+                RELEASE,
+                NS,
+                manifests=evil,
+                profile_text=live.profile,
+                plan=live.plan,
+                model=live.model,
+                image=live.image,
+                profile_hash=live.profile_hash,
+                actor={"user": "deployctl", "ci": {}},
+            ),
+            outcome=outcome,
+            description="install",
+        ),
         now=NOW,
     )
 
@@ -180,7 +181,7 @@ def test_a_forged_record_appended_with_valid_hashes_is_never_live_nor_restored()
 
     assert [r.revision for r in checked.trusted] == [1, 2, 3, 4]
     assert [r.record.revision for r in checked.refused] == [forged.revision]
-    assert releases.live(checked.trusted).revision == 4  # type: ignore[union-attr]
+    assert revisions.live(checked.trusted).revision == 4  # type: ignore[union-attr]
     message = checked.refused[0].message()
     assert "revision 5 (ConfigMap deployctl.llama3-70b.v5) is not used: it is not signed" in message
     assert "deployctl audit verify llama3-70b --key" in message and "deployctl audit trust" in message
@@ -194,30 +195,32 @@ def test_a_forged_uninstall_cannot_make_a_failed_apply_look_like_a_first_install
     kube.objects.pop(("ConfigMap", NS, "deployctl.llama3-70b.v5"))
     forge(kube, outcome="uninstalled")
     checked = record_trust.check(history(kube), keys(), RELEASE, NS)
-    assert releases.live(checked.trusted) is not None  # else a failed apply would remove the release
+    assert revisions.live(checked.trusted) is not None  # else a failed apply would remove the release
 
 
 def test_a_record_signed_by_an_untrusted_key_is_refused_like_an_unsigned_one() -> None:
     kube = store(3)
     mallory = signing.load_signer(str(OTHER_KEY))
     live = history(kube)[3]
-    releases.append(
+    writer.append(
         kube,
-        RELEASE,
-        NS,
-        outcome="deployed",
-        description="rollback",
-        manifests=live.manifests,
-        profile_text=live.profile,
-        plan=live.plan,
-        gate=None,
-        failure=None,
-        rollback_of=4,
-        model=live.model,
-        image=live.image,
-        profile_hash=live.profile_hash,
-        actor={},
-        signer=mallory,
+        writer.NewRecord(
+            writer.Draft(
+                RELEASE,
+                NS,
+                manifests=live.manifests,
+                profile_text=live.profile,
+                plan=live.plan,
+                model=live.model,
+                image=live.image,
+                profile_hash=live.profile_hash,
+                actor={},
+                signer=mallory,
+            ),
+            outcome="deployed",
+            description="rollback",
+            rollback_of=4,
+        ),
     )
     checked = record_trust.check(history(kube), keys(), RELEASE, NS)
     assert [(r.record.revision, "no signature verifies" in r.reason) for r in checked.refused] == [(6, True)]
@@ -258,23 +261,25 @@ def test_a_signed_record_copied_from_another_release_is_refused() -> None:
 def test_new_records_are_signed_and_chain_on_from_signed_ones() -> None:
     kube = store(3)
     old = history(kube)[3]
-    new = releases.append(
+    new = writer.append(
         kube,
-        RELEASE,
-        NS,
-        outcome="deployed",
-        description="rollback to 4",
-        manifests=old.manifests,
-        profile_text=old.profile,
-        plan=old.plan,
-        gate=None,
-        failure=None,
-        rollback_of=4,
-        model=old.model,
-        image=old.image,
-        profile_hash=old.profile_hash,
-        actor={},
-        signer=keys().signer,
+        writer.NewRecord(
+            writer.Draft(
+                RELEASE,
+                NS,
+                manifests=old.manifests,
+                profile_text=old.profile,
+                plan=old.plan,
+                model=old.model,
+                image=old.image,
+                profile_hash=old.profile_hash,
+                actor={},
+                signer=keys().signer,
+            ),
+            outcome="deployed",
+            description="rollback to 4",
+            rollback_of=4,
+        ),
     )
     cm = kube.get("ConfigMap", releases.record_name(RELEASE, new.revision), NS)
     assert cm is not None and releases.SIGNATURE_KEY in cm["data"]
@@ -287,25 +292,26 @@ def test_new_records_are_signed_and_chain_on_from_signed_ones() -> None:
 
 def trust(kube: FakeKube, up_to: int) -> releases.Record:
     checked = record_trust.check(history(kube), keys(), RELEASE, NS)
-    base = releases.get(history(kube), up_to)
-    return releases.append(
+    base = revisions.get(history(kube), up_to)
+    return writer.append(
         kube,
-        RELEASE,
-        NS,
-        outcome="trusted",
-        description="trust step",
-        manifests=b"",
-        profile_text="",
-        plan=None,
-        gate=None,
-        failure=None,
-        rollback_of=None,
-        model=base.model,
-        image=base.image,
-        profile_hash=base.profile_hash,
-        actor={},
-        signer=keys().signer,
-        trust=record_trust.trust_body(checked, up_to),
+        writer.NewRecord(
+            writer.Draft(
+                RELEASE,
+                NS,
+                manifests=b"",
+                profile_text="",
+                plan=None,
+                model=base.model,
+                image=base.image,
+                profile_hash=base.profile_hash,
+                actor={},
+                signer=keys().signer,
+            ),
+            outcome="trusted",
+            description="trust step",
+            trust=record_trust.trust_body(checked, up_to),
+        ),
     )
 
 
@@ -321,8 +327,8 @@ def test_records_from_before_signing_are_refused_until_a_trust_step_covers_them(
 
     assert not checked.refused and [r.revision for r in checked.trusted] == [1, 2, 3, 4, 5, 6]
     assert step.outcome == "trusted" and step.trust == {"up_to": 5, "head": history(kube)[4].hash}
-    assert releases.status_of(checked.trusted)[6] == "trusted"
-    target = releases.rollback_target(checked.trusted)
+    assert revisions.status_of(checked.trusted)[6] == "trusted"
+    target = revisions.rollback_target(checked.trusted)
     assert target is not None and target.revision == 4  # as before the trust step: it deployed nothing
 
 
@@ -340,8 +346,8 @@ def test_a_trust_step_does_not_cover_a_record_rewritten_below_its_head() -> None
     cm = kube.objects[("ConfigMap", NS, "deployctl.llama3-70b.v2")]
     body = json.loads(cm["data"]["record.json"])
     body["image"] = "evil.example/vllm:latest"
-    cm["data"]["record.json"] = releases.canonical_json(body).decode()
-    cm["metadata"]["annotations"][releases.ANNOTATION_HASH] = releases.sha256(releases.canonical_json(body))
+    cm["data"]["record.json"] = encoding.canonical_json(body).decode()
+    cm["metadata"]["annotations"][releases.ANNOTATION_HASH] = encoding.sha256(encoding.canonical_json(body))
     refused = record_trust.check(history(kube), keys(), RELEASE, NS).refused
     assert [r.record.revision for r in refused] == [1, 2]  # 3-5 still chain to the signed head
 

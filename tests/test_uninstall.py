@@ -1,7 +1,7 @@
 """`deployctl uninstall` without a cluster: what it deletes, what it records, the purge's export and
 tombstone, the status after it, and the command line's refusals.
 
-The records are written through ``releases.append`` into the in-memory API server stand-in of
+The records are written through ``writer.append`` into the in-memory API server stand-in of
 tests/test_releases.py; the whole sequence against a real control plane is e2e/test_uninstall_cluster.py.
 """
 
@@ -22,7 +22,7 @@ from orchestrator import errors
 from orchestrator.apply import outcome, pipeline, uninstall
 from orchestrator.cli import app as cli
 from orchestrator.errors import ExitCode
-from orchestrator.records import audit, purge, releases
+from orchestrator.records import audit, encoding, purge, releases, revisions, writer
 
 NS, RELEASE = tr.NS, tr.RELEASE
 NOW = datetime.datetime(2024, 6, 1, 8, 30, 0, tzinfo=datetime.timezone.utc)
@@ -128,22 +128,23 @@ def test_the_optional_kinds_a_release_used_are_read_from_its_stored_manifests() 
     tr.record(kube, "A", description="install")
     assert uninstall.rendered_optional_kinds(tr.history(kube)) == set()
 
-    releases.append(
+    writer.append(
         kube,
-        RELEASE,
-        NS,
-        outcome="deployed",
-        description="upgrade to two nodes",
-        manifests=b"kind: Service\n---\napiVersion: ray.io/v1\nkind: RayCluster\n---\nkind: PodMonitor\n",
-        profile_text="p",
-        plan=None,
-        gate=None,
-        failure=None,
-        rollback_of=None,
-        model=releases.ModelRef(name="m", revision="r"),
-        image="i",
-        profile_hash="h",
-        actor={"user": "alice"},
+        writer.NewRecord(
+            writer.Draft(
+                RELEASE,
+                NS,
+                manifests=b"kind: Service\n---\napiVersion: ray.io/v1\nkind: RayCluster\n---\nkind: PodMonitor\n",
+                profile_text="p",
+                plan=None,
+                model=releases.ModelRef(name="m", revision="r"),
+                image="i",
+                profile_hash="h",
+                actor={"user": "alice"},
+            ),
+            outcome="deployed",
+            description="upgrade to two nodes",
+        ),
     )
 
     assert uninstall.rendered_optional_kinds(tr.history(kube)) == {"RayCluster", "PodMonitor"}
@@ -204,7 +205,7 @@ def test_records_without_deleted_keep_their_hash() -> None:
     first = tr.record(kube, "A", description="install")
 
     assert "deleted" not in json.loads(first.record_json())
-    assert first.hash == releases.sha256(releases.canonical_json(first.body()))
+    assert first.hash == encoding.sha256(encoding.canonical_json(first.body()))
 
 
 def test_after_uninstall_nothing_is_live_and_rollback_targets_the_revision_that_was() -> None:
@@ -213,13 +214,13 @@ def test_after_uninstall_nothing_is_live_and_rollback_targets_the_revision_that_
     uninstall_record(kube, [workload("Deployment", RELEASE)])
     history = tr.history(kube)
 
-    assert releases.status_of(history) == {1: "superseded", 2: "superseded", 3: "uninstalled"}
-    assert releases.live(history) is None
-    gone = releases.uninstalled(history)
+    assert revisions.status_of(history) == {1: "superseded", 2: "superseded", 3: "uninstalled"}
+    assert revisions.live(history) is None
+    gone = revisions.uninstalled(history)
     assert gone is not None and gone.revision == 3
-    target = releases.rollback_target(history)
+    target = revisions.rollback_target(history)
     assert target is not None and target.revision == 2
-    assert [s["status"] for s in releases.summaries(history)] == ["superseded", "superseded", "uninstalled"]
+    assert [s["status"] for s in revisions.summaries(history)] == ["superseded", "superseded", "uninstalled"]
 
 
 def test_a_rollback_after_uninstall_makes_the_release_live_again() -> None:
@@ -229,10 +230,10 @@ def test_a_rollback_after_uninstall_makes_the_release_live_again() -> None:
     tr.record(kube, "B", description="rollback to 2", rollback_of=2)
     history = tr.history(kube)
 
-    assert releases.uninstalled(history) is None
-    live = releases.live(history)
+    assert revisions.uninstalled(history) is None
+    live = revisions.live(history)
     assert live is not None and live.revision == 4
-    assert releases.status_of(history)[4] == "deployed"
+    assert revisions.status_of(history)[4] == "deployed"
 
 
 def test_rollback_to_the_uninstall_record_itself_is_refused_naming_it() -> None:
@@ -256,7 +257,7 @@ def test_a_refused_delete_is_recorded_as_a_failed_uninstall_and_the_release_stay
 
     assert record.outcome == "failed" and record.failure is not None
     assert record.description.startswith("uninstall failed (revision 2 was live; 1 deleted")
-    live = releases.live(tr.history(kube))
+    live = revisions.live(tr.history(kube))
     assert live is not None and live.revision == 2  # the next apply's automatic rollback still has a target
 
 

@@ -14,7 +14,7 @@ from orchestrator.apply.outcome import Failure, Outcome, Timings
 from orchestrator.kube import connect
 from orchestrator.plan import planner
 from orchestrator.profile.model import Profile
-from orchestrator.records import releases
+from orchestrator.records import revisions, writer
 from orchestrator.records import trust as record_trust
 from orchestrator.render import manifests as render
 
@@ -69,10 +69,10 @@ def gate(profile: Profile, profile_text: str, options: pipeline.Options, report:
             "gate_failed", name, namespace, message, failure=Failure("not_synced", message, "sync"), timings=timings
         )
     with pipeline.locked(kube, namespace, name, user, options, report) as lock:
-        live = releases.live(record_trust.for_write(kube, name, namespace, options.keys, report).trusted)
+        live = revisions.live(record_trust.for_write(kube, name, namespace, options.keys, report).trusted)
         applied = render.to_yaml(applyset.live_objects(kube, name, namespace)).encode()
-        actor = releases.actor(user, options.environ)
-        draft = releases.Draft.of_profile(profile, plan.to_json(), applied, profile_text, actor, options.keys.signer)
+        actor = writer.actor(user, options.environ)
+        draft = writer.Draft.of_profile(profile, plan.to_json(), applied, profile_text, actor, options.keys.signer)
         try:
             previous = live.gate if live else None
             judged = verify.verify(kube, name, namespace, spec, previous, report, timings, abort=lock.lost_reason)

@@ -24,7 +24,7 @@ from orchestrator.gate import verdict as gate
 from orchestrator.kube import Kube, connect
 from orchestrator.plan import planner, preflight
 from orchestrator.profile.model import Profile
-from orchestrator.records import audit, purge, releases
+from orchestrator.records import audit, purge, releases, revisions, writer
 from orchestrator.records import trust as record_trust
 from orchestrator.render import manifests as render
 
@@ -92,10 +92,10 @@ def apply(profile: Profile, profile_text: str, options: Options, report: Reporte
     applyset.ensure_namespace(kube, namespace, options.create_namespace)  # the lock's Lease lives there
     with locked(kube, namespace, name, user, options, report) as lock:
         # Only records deployctl's key signed decide what is live (and so what a failure restores).
-        live = releases.live(record_trust.for_write(kube, name, namespace, options.keys, report).trusted)
+        live = revisions.live(record_trust.for_write(kube, name, namespace, options.keys, report).trusted)
         manifests = render.to_yaml(objects).encode()
-        actor = releases.actor(user, options.environ)
-        draft = releases.Draft.of_profile(profile, plan.to_json(), manifests, profile_text, actor, options.keys.signer)
+        actor = writer.actor(user, options.environ)
+        draft = writer.Draft.of_profile(profile, plan.to_json(), manifests, profile_text, actor, options.keys.signer)
         description = _describe(live, replaces_pods) + confine.adoption(adopted)
         spec = verify.spec_of(
             profile,
@@ -246,7 +246,7 @@ def _dry_run(
 def _deploy(
     kube: Kube,
     objects: list[dict[str, Any]],
-    draft: releases.Draft,
+    draft: writer.Draft,
     description: str,
     live: releases.Record | None,
     spec: verify.GateSpec,
@@ -303,7 +303,7 @@ def _deploy(
 
 def record_revision(
     kube: Kube,
-    draft: releases.Draft,
+    draft: writer.Draft,
     outcome: releases.Outcome,
     description: str,
     judged: verify.Judgement,
@@ -343,7 +343,7 @@ def unexpected(e: Exception, stage: str) -> Failure:
 
 def _fail(
     kube: Kube,
-    draft: releases.Draft,
+    draft: writer.Draft,
     description: str,
     live: releases.Record | None,
     failure: Failure,
@@ -431,13 +431,13 @@ def rollback(name: str, namespace: str, to: int | None, options: Options, report
                 f"are not re-applied: {'; '.join(p.message for p in problems)}"
             )
         report("rollback", f"rolling back {name} to revision {target.revision} ({target.description})")
-        actor = releases.actor(user, options.environ)
+        actor = writer.actor(user, options.environ)
         return restore(kube, target, f"rollback to {target.revision}", options, report, actor)
 
 
 def _rollback_target(history: list[releases.Record], name: str, to: int | None) -> releases.Record:
     if to is not None:
-        target = releases.get(history, to)
+        target = revisions.get(history, to)
         if target.outcome == "uninstalled":
             raise errors.UsageError(
                 f"revision {to} of {name} records an uninstall, which has nothing to re-deploy; roll back to a "
@@ -449,7 +449,7 @@ def _rollback_target(history: list[releases.Record], name: str, to: int | None) 
                 "roll back to a revision that was deployed (see `deployctl history`)"
             )
         return target
-    found = releases.rollback_target(history)
+    found = revisions.rollback_target(history)
     if found is None:
         raise errors.UsageError(
             f"release {name} has no earlier good revision to roll back to; pass --to N (see `deployctl history`)"
@@ -487,7 +487,7 @@ def restore(
     except Exception as e:  # a restore that cannot finish is said, never a traceback
         judged = verify.Judgement(unexpected(e, timings.current))
     failure = judged.failure
-    draft = releases.Draft.of(target, actor, options.keys.signer)
+    draft = writer.Draft.of(target, actor, options.keys.signer)
     outcome: releases.Outcome = "failed" if failure else "deployed"
     described = description + (" (failed)" if failure else "")
     record = record_revision(kube, draft, outcome, described, judged, failure, rollback_of=target.revision)

@@ -33,7 +33,7 @@ _IMAGE_PULL_REASONS = {"ErrImagePull", "ImagePullBackOff", "InvalidImageName", "
 
 LOG_CLASSES: list[tuple[str, re.Pattern[str], str]] = [
     (
-        # The line the Ray head's start script (render._ray_head_command) prints before it gives up.
+        # The line the Ray head's start script (render.resolve._ray_head_command) prints before it gives up.
         "group_incomplete",
         re.compile(r"deployctl: group incomplete:"),
         "the copy's workers never joined its head, so vLLM was not started: check that the worker pods run "

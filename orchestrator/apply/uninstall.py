@@ -30,7 +30,7 @@ from orchestrator.apply import applyset, lock, rollout
 from orchestrator.apply.outcome import Failure, Outcome, Timings
 from orchestrator.kube import Kube, connect
 from orchestrator.kube import client as kube_client
-from orchestrator.records import purge, releases, signing
+from orchestrator.records import purge, releases, revisions, signing, writer
 from orchestrator.records import trust as record_trust
 from orchestrator.render import manifests as render
 
@@ -214,7 +214,7 @@ def uninstall(request: Request, report: Reporter) -> Outcome:
     _check_access(kube, request, used_kinds)
     if request.dry_run:
         return _dry_run(kube, request, history, used_kinds, timings)
-    actor = releases.actor(user, request.environ)
+    actor = writer.actor(user, request.environ)
     with lock.ReleaseLock(
         kube,
         namespace,
@@ -234,7 +234,7 @@ def uninstall(request: Request, report: Reporter) -> Outcome:
         if request.purge:
             purge.check_chain(releases.load_history(kube, name, namespace), name, namespace)
         changes: list[dict[str, str]] = []
-        record = releases.uninstalled(history)
+        record = revisions.uninstalled(history)
         if record is not None and not objects:
             report("uninstall", f"{name} is already uninstalled (revision {record.revision}); nothing to delete")
             if not request.purge:
@@ -309,7 +309,7 @@ def _dry_run(
     if request.purge:
         purge.check_chain(releases.load_history(kube, name, namespace), name, namespace)
     changes = [{"object": _ref(o), "action": "delete"} for o in objects]
-    gone = releases.uninstalled(history)
+    gone = revisions.uninstalled(history)
     if not (gone is not None and not objects):
         changes.append(
             {"object": f"ConfigMap/{releases.record_name(name, history[-1].revision + 1)}", "action": "create"}
@@ -372,7 +372,7 @@ def record_uninstall(
     """Append the uninstall's record: the removed revision's identity (model, image, profile), the
     deleted objects as they were applied (their bytes are the record's manifests, so an auditor
     sees exactly what was removed), ``outcome`` uninstalled, or failed after a refused delete."""
-    live = releases.live(history)
+    live = revisions.live(history)
     base = live or history[-1]
     refs = [_ref(o) for o in deleted]
     was = f"revision {live.revision} was live" if live else "no revision was live"
@@ -380,25 +380,11 @@ def record_uninstall(
         description = f"uninstall ({was}; {len(refs)} object{'s' if len(refs) != 1 else ''} deleted)"
     else:
         description = f"uninstall failed ({was}; {len(refs)} deleted before a delete was refused)"
-    return releases.append(
-        kube,
-        base.release,
-        base.namespace,
-        outcome="failed" if failure else "uninstalled",
-        description=description,
-        manifests=render.to_yaml([applyset.clean(o) for o in deleted]).encode(),
-        profile_text=base.profile,
-        plan=None,
-        gate=None,
-        failure=failure.to_record() if failure else None,
-        rollback_of=None,
-        model=base.model,
-        image=base.image,
-        profile_hash=base.profile_hash,
-        actor=actor,
-        deleted=refs,
-        signer=signer,
-    )
+    manifests = render.to_yaml([applyset.clean(o) for o in deleted]).encode()
+    draft = writer.Draft.following(base, actor, signer, manifests=manifests, profile_text=base.profile)
+    outcome: releases.Outcome = "failed" if failure else "uninstalled"
+    failed = failure.to_record() if failure else None
+    return writer.append(kube, writer.NewRecord(draft, outcome, description, failure=failed, deleted=refs))
 
 
 def _purge(kube: Kube, request: Request, actor: dict[str, Any], report: Reporter) -> list[dict[str, str]]:

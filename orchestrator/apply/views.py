@@ -19,7 +19,7 @@ from orchestrator.kube import Kube, connect
 from orchestrator.plan import planner, preflight
 from orchestrator.profile import user_files
 from orchestrator.profile.model import Profile
-from orchestrator.records import audit, purge, releases
+from orchestrator.records import audit, purge, releases, revisions, writer
 from orchestrator.records import trust as record_trust
 from orchestrator.render import manifests as render
 
@@ -29,7 +29,7 @@ def history(options: Options, name: str, namespace: str) -> list[dict[str, Any]]
     records = releases.load_history(kube, name, namespace)
     if not records:
         raise _no_records(kube, name, namespace)
-    return releases.summaries(records)
+    return revisions.summaries(records)
 
 
 def status(options: Options, name: str, namespace: str) -> dict[str, Any]:
@@ -37,8 +37,8 @@ def status(options: Options, name: str, namespace: str) -> dict[str, Any]:
     records = releases.load_history(kube, name, namespace)
     if not records:
         raise _no_records(kube, name, namespace)
-    live = releases.live(records)
-    gone = releases.uninstalled(records)
+    live = revisions.live(records)
+    gone = revisions.uninstalled(records)
     last_failed = next((r for r in reversed(records) if r.outcome == "failed"), None)
     deployment = kube.get("Deployment", name, namespace) or {}
     pods, _ = kube.list("Pod", namespace, labels=f"{conventions.RELEASE_LABEL}={name}")
@@ -89,7 +89,7 @@ def status(options: Options, name: str, namespace: str) -> dict[str, Any]:
             "timestamp": gone.timestamp,
             "actor": gone.actor,
             "deleted": gone.deleted or [],
-            "restorable": (target.revision if (target := releases.rollback_target(records)) else None),
+            "restorable": (target.revision if (target := revisions.rollback_target(records)) else None),
         }
         if gone
         else None,
@@ -318,26 +318,11 @@ def audit_trust(
                 f"{'; '.join(p.message for p in problems[:3])}. Compare them with an export you kept "
                 "(deployctl audit verify --against) and repair the history first. Nothing was changed"
             )
-        base = releases.get(records, newest)
-        record = releases.append(
-            kube,
-            name,
-            namespace,
-            outcome="trusted",
-            description=f"trust step: revisions 1-{newest} (head {trust['head'][:12]}) vouched for by {user}",
-            manifests=b"",
-            profile_text="",
-            plan=None,
-            gate=None,
-            failure=None,
-            rollback_of=None,
-            model=base.model,
-            image=base.image,
-            profile_hash=base.profile_hash,
-            actor=releases.actor(user, options.environ),
-            signer=signer,
-            trust=trust,
-        )
+        base = revisions.get(records, newest)
+        actor = writer.actor(user, options.environ)
+        draft = writer.Draft.following(base, actor, signer, manifests=b"", profile_text="")
+        description = f"trust step: revisions 1-{newest} (head {trust['head'][:12]}) vouched for by {user}"
+        record = writer.append(kube, writer.NewRecord(draft, "trusted", description, trust=trust))
     return {"revision": record.revision, "up_to": newest, "head": trust["head"], "keyid": signer.keyid}
 
 

@@ -40,7 +40,7 @@ from orchestrator.controller import resource_status, workqueue
 from orchestrator.kube import Kube, connect
 from orchestrator.policy import model as policy
 from orchestrator.profile import model as profiles
-from orchestrator.records import releases
+from orchestrator.records import releases, revisions
 from orchestrator.records import trust as record_trust
 
 KIND = profiles.KIND
@@ -343,7 +343,7 @@ class _Reconciler:
             else:
                 self._later(obj, generation, previous, e.message)
             return
-        live = releases.live(record_trust.for_write(self.kube, name, namespace, self.keys).trusted)
+        live = revisions.live(record_trust.for_write(self.kube, name, namespace, self.keys).trusted)
         status = resource_status.from_outcome(
             previous,
             generation,
@@ -375,7 +375,7 @@ class _Reconciler:
         if status.get("liveRevision") is None:
             return
         # Only signed records: a forged one must not pass for an on-call rollback either.
-        live = releases.live(record_trust.for_write(self.kube, name, namespace, self.keys).trusted)
+        live = revisions.live(record_trust.for_write(self.kube, name, namespace, self.keys).trusted)
         if live is None or live.revision == status.get("liveRevision") or status.get("manualRollback"):
             return
         generation = int(obj["metadata"].get("generation", 1))

@@ -15,7 +15,6 @@ Its configuration comes from the command line (:func:`config_for`) or from a pro
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
 import datetime
 import itertools
@@ -31,9 +30,11 @@ from typing import TYPE_CHECKING, Any
 import pydantic
 
 from orchestrator import errors, http
-from orchestrator.gate import bench_report, metrics, sse, workload
+from orchestrator.gate import bench_report, metrics, stream, workload
 
 if TYPE_CHECKING:
+    import multiprocessing.synchronize
+
     from orchestrator.profile import model as profile_mod
 
 CHAT_PATH = workload.CHAT_PATH
@@ -66,7 +67,7 @@ def endpoint_url(url: str) -> str:
     return base
 
 
-def config_for(url: str, **settings: Any) -> BenchConfig:
+def config_for(url: str, **settings: object) -> BenchConfig:
     """A BenchConfig from what a user typed: the URL normalised, a bad value a UsageError (exit 1).
 
     ``settings`` are BenchConfig fields. Values pydantic refuses, and infinite or NaN numbers
@@ -77,7 +78,7 @@ def config_for(url: str, **settings: Any) -> BenchConfig:
         if isinstance(value, float) and not math.isfinite(value):
             raise errors.UsageError(f"--{name.replace('_', '-')} must be a finite number, got {value}")
     try:
-        return BenchConfig(url=base, **settings)
+        return BenchConfig.model_validate({"url": base, **settings})
     except pydantic.ValidationError as e:
         problems = []
         for err in e.errors():
@@ -93,118 +94,17 @@ def config_from_profile(profile: profile_mod.Profile, url: str) -> BenchConfig:
     request may take that long too, but never more than two minutes.
     """
     smoke = profile.gate.smoke
+    seconds = float(smoke.timeoutSeconds)
     return BenchConfig(
         url=url,
         model=profile.model.name,
         engine=profile.engine.kind,
-        concurrency=smoke.concurrency,
-        requests=smoke.requests,
         input_tokens=smoke.inputTokens,
         output_tokens=smoke.outputTokens,
-        warmup=smoke.warmup,
-        duration=float(smoke.timeoutSeconds),
-        timeout=min(float(smoke.timeoutSeconds), SMOKE_REQUEST_TIMEOUT_CAP_S),
+        duration=seconds,
+        timeout=min(seconds, SMOKE_REQUEST_TIMEOUT_CAP_S),
+        **smoke.model_dump(include={"concurrency", "requests", "warmup"}),  # the same names in both
     )
-
-
-# --------------------------------------------------------------------------- one request
-
-
-class _Stream:
-    """Folds one response's events into a RequestSample."""
-
-    def __init__(self, sample: metrics.RequestSample) -> None:
-        self.sample = sample
-        self.decoder = sse.EventDecoder()
-        self.done = False
-        self.last = sample.start
-
-    def take(self, arrival: float, events: list[sse.Event]) -> bool:
-        """Apply events that arrived at ``arrival``; False once the stream must stop being read."""
-        s = self.sample
-        for event in events:
-            for item in sse.classify(event):
-                if item.kind is sse.Kind.TOKEN:
-                    if s.ttft is None:
-                        s.ttft = arrival - s.start
-                    else:
-                        s.itl.append(arrival - self.last)
-                    self.last = arrival
-                    s.latency = arrival - s.start
-                    s.token_chunks += 1
-                elif item.kind is sse.Kind.USAGE:
-                    s.completion_tokens = item.completion_tokens
-                    s.prompt_tokens = item.prompt_tokens
-                elif item.kind is sse.Kind.DONE:
-                    self.done = True
-                    return False
-                elif item.kind is sse.Kind.ERROR:
-                    return self.fail(metrics.FailureKind.STREAM_ERROR, f"error event in stream: {item.message}")
-                elif item.kind is sse.Kind.MALFORMED:
-                    return self.fail(metrics.FailureKind.PROTOCOL, item.message)
-        return True
-
-    def fail(self, kind: metrics.FailureKind, message: str) -> bool:
-        self.sample.failure = kind
-        self.sample.error = errors.excerpt(message, 300)  # it is stored in the gate report
-        return False
-
-    def finish(self) -> None:
-        if self.sample.failure is not None:
-            return
-        if not self.done:
-            self.fail(metrics.FailureKind.PROTOCOL, "stream ended without data: [DONE] (answer cut short)")
-        elif self.sample.ttft is None:
-            generated = self.sample.completion_tokens
-            if generated:
-                # The server generated tokens that decode to no text (special tokens, partial
-                # characters): nothing a user sees, and no first token to time.
-                self.fail(
-                    metrics.FailureKind.NO_TOKENS,
-                    f"stream completed without any output text although the server counted {generated} "
-                    "completion tokens: the model generates only special tokens or incomplete characters "
-                    "(check its tokenizer and chat template)",
-                )
-            else:
-                self.fail(metrics.FailureKind.NO_TOKENS, "stream completed without any output token")
-
-
-async def send_one(
-    client: http.StreamClient, body: bytes, prompt_tokens_estimate: int, timeout: float, path: str = CHAT_PATH
-) -> metrics.RequestSample:
-    """Send one request and time it; failures are recorded in the sample, never raised."""
-    called = client.clock()
-    sample = metrics.RequestSample(start=called, prompt_tokens_estimate=prompt_tokens_estimate)
-    stream = _Stream(sample)
-
-    def sent(at: float) -> None:
-        sample.start = stream.last = at
-        sample.send_delay = at - called
-
-    try:
-        async with contextlib.aclosing(client.stream_post(path, body, sent)) as chunks:
-            async for arrival, chunk in chunks:
-                if not stream.take(arrival, stream.decoder.feed(chunk)):
-                    break
-                if arrival - sample.start > timeout:
-                    stream.fail(metrics.FailureKind.TIMEOUT, f"request took longer than {timeout:g} s")
-                    break
-            else:
-                stream.take(client.clock(), stream.decoder.close())
-    except http.EndpointUnreachable as e:
-        stream.fail(metrics.FailureKind.CONNECT, e.message)
-    except http.EndpointTimeout as e:
-        stream.fail(metrics.FailureKind.TIMEOUT, e.message)
-    except http.EndpointStatusError as e:
-        if http.is_unauthorized(e):
-            stream.fail(metrics.FailureKind.UNAUTHORIZED, f"{e.message} (the server wants another API key)")
-        else:
-            stream.fail(metrics.FailureKind.HTTP_STATUS, e.message)
-    except errors.EndpointError as e:
-        stream.fail(metrics.FailureKind.PROTOCOL, e.message)
-    sample.end = client.clock()
-    stream.finish()
-    return sample
 
 
 # --------------------------------------------------------------------------- one client process
@@ -255,7 +155,7 @@ async def _warm_up(client: http.StreamClient, config: BenchConfig, shard: _Shard
                 config.seed, -1 - i, f"{run_id}-w{shard.index}-{i}", config.input_tokens
             )
             body = workload.request_body(config, prompt)
-            outcomes.append(await send_one(client, body, estimate, config.timeout, config.endpoint))
+            outcomes.append(await stream.send_one(client, body, estimate, config.timeout, config.endpoint))
 
     await asyncio.gather(*(worker() for _ in range(min(shard.warmup, shard.concurrency))))
     if all(s.failure in metrics.UNMEASURED_FAILURES for s in outcomes):
@@ -278,7 +178,7 @@ async def _measure(
     async def one(index: int) -> None:
         prompt, estimate = workload.build_prompt(config.seed, index, f"{run_id}-{index}", config.input_tokens)
         body = workload.request_body(config, prompt)
-        samples.append(await send_one(client, body, estimate, config.timeout, config.endpoint))
+        samples.append(await stream.send_one(client, body, estimate, config.timeout, config.endpoint))
 
     if shard.arrivals is None:
         # The first slot to run out of work ends the steady state: from then on fewer than
@@ -373,8 +273,8 @@ def _shard_process(
     config_json: str,
     shard: _Shard,
     run_id: str,
-    barrier: Any,
-    results: multiprocessing.Queue[Any],
+    barrier: multiprocessing.synchronize.Barrier,
+    results: multiprocessing.Queue[tuple[int, _ShardResult]],
     api_key: str | None,
 ) -> None:
     config = BenchConfig.model_validate_json(config_json)
@@ -389,7 +289,7 @@ def _run_sharded(config: BenchConfig, shards: Sequence[_Shard], run_id: str, api
     # spawn, not fork: the caller may hold threads (Kubernetes watches) that fork would copy half-done.
     ctx = multiprocessing.get_context("spawn")
     barrier = ctx.Barrier(len(shards))
-    results: multiprocessing.Queue[Any] = ctx.Queue()
+    results: multiprocessing.Queue[tuple[int, _ShardResult]] = ctx.Queue()
     procs = [
         ctx.Process(
             target=_shard_process,

@@ -16,7 +16,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 import json
-from typing import Any
+from collections.abc import Mapping
 
 _BOM = b"\xef\xbb\xbf"
 
@@ -135,7 +135,7 @@ def classify(event: Event) -> list[Item]:
     if data == "[DONE]":
         return [DONE]
     try:
-        payload: Any = json.loads(data)
+        payload: object = json.loads(data)
     except json.JSONDecodeError:
         return [Item(Kind.MALFORMED, message=f"event data is not JSON: {data[:120]!r}")]
     if not isinstance(payload, dict):
@@ -158,7 +158,7 @@ def classify(event: Event) -> list[Item]:
     return items or [OTHER]
 
 
-def _carries_output(choice: Any) -> bool:
+def _carries_output(choice: object) -> bool:
     # vLLM's own benchmark counts any chunk with choices, including the role-only preamble. vLLM
     # sends that preamble together with the first token, but a server that sends it at once would
     # make TTFT read ~0 ms, so we count only chunks that carry generated output.
@@ -171,7 +171,7 @@ def _carries_output(choice: Any) -> bool:
     return any(delta.get(name) for name in _OUTPUT_FIELDS)
 
 
-def _error_message(payload: dict[str, Any]) -> str:
+def _error_message(payload: Mapping[str, object]) -> str:
     error = payload.get("error")
     if isinstance(error, dict):
         return str(error.get("message") or error)
@@ -180,6 +180,6 @@ def _error_message(payload: dict[str, Any]) -> str:
     return str(payload.get("message") or payload)
 
 
-def _int_or_none(value: Any) -> int | None:
+def _int_or_none(value: object) -> int | None:
     # bool is an int subclass; a server sending true/false for a count is broken, not "1 token".
     return value if isinstance(value, int) and not isinstance(value, bool) else None

@@ -16,7 +16,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 from collections.abc import Mapping
-from typing import Any
+from typing import TypedDict
 
 from orchestrator import errors
 from orchestrator.gate import bench_report, slo
@@ -53,7 +53,7 @@ class Check:
     previous: float | None = None
     delta_pct: float | None = None
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         return {
             "metric": self.metric,
             "condition": self.condition,
@@ -65,6 +65,18 @@ class Check:
         }
 
 
+class BenchFacts(TypedDict, total=False):
+    """The facts of a benchmark run a gate report keeps (``_bench_facts``); none when it could not run."""
+
+    run_id: str
+    started_at: str
+    config: dict[str, object]
+    client: dict[str, object]
+    token_count_source: str
+    failures: dict[str, int]
+    errors: list[str]
+
+
 @dataclasses.dataclass(frozen=True)
 class GateReport:
     """The verdict, its rows, and the measured metrics the next release compares itself with."""
@@ -72,7 +84,7 @@ class GateReport:
     verdict: Verdict
     checks: tuple[Check, ...]
     metrics: dict[str, float | None]
-    bench: dict[str, Any]  # run facts worth storing: run_id, config, client load, failures
+    bench: BenchFacts  # run facts worth storing: run_id, config, client load, failures; empty when it did not run
 
     def summary(self) -> str:
         """One line: the verdict and the reasons of the rows that decided it."""
@@ -87,7 +99,7 @@ class GateReport:
             c.metric == "client_saturated" and c.verdict is Verdict.INCONCLUSIVE for c in self.checks
         )
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         return {
             "verdict": self.verdict.label,
             "summary": self.summary(),
@@ -106,7 +118,7 @@ def evaluate(
     report: bench_report.BenchReport,
     slos: Mapping[str, object],
     min_samples: int,
-    previous_report: bench_report.BenchReport | Mapping[str, Any] | None = None,
+    previous_report: bench_report.BenchReport | Mapping[str, object] | None = None,
     max_regression_pct: float | None = None,
 ) -> GateReport:
     """Judge ``report`` against ``slos`` (strings or parsed), and against the previous release.
@@ -266,18 +278,18 @@ def _delta_pct(value: float | None, previous: float | None) -> float | None:
     return (value - previous) / abs(previous) * 100.0
 
 
-def _previous_metrics(previous: bench_report.BenchReport | Mapping[str, Any] | None) -> dict[str, float]:
+def _previous_metrics(previous: bench_report.BenchReport | Mapping[str, object] | None) -> dict[str, float]:
     if previous is None:
         return {}
     if isinstance(previous, bench_report.BenchReport):
-        source: Mapping[str, Any] = previous.model_dump()
+        source: Mapping[str, object] = previous.model_dump()
     else:
         nested = previous.get("metrics")
         source = nested if isinstance(nested, Mapping) else previous
     return {name: value for name in METRIC_NAMES if (value := _as_float(source.get(name))) is not None}
 
 
-def _previous_note(previous: bench_report.BenchReport | Mapping[str, Any] | None) -> str | None:
+def _previous_note(previous: bench_report.BenchReport | Mapping[str, object] | None) -> str | None:
     """Why the previous numbers should not be compared with, or None when they can be."""
     if previous is None:
         return "no previous release"
@@ -289,7 +301,7 @@ def _previous_note(previous: bench_report.BenchReport | Mapping[str, Any] | None
     return None
 
 
-def _bench_facts(report: bench_report.BenchReport) -> dict[str, Any]:
+def _bench_facts(report: bench_report.BenchReport) -> BenchFacts:
     return {
         "run_id": report.run_id,
         "started_at": report.started_at,

@@ -16,7 +16,6 @@ import json
 import math
 import os
 import pathlib
-from typing import Any
 
 from orchestrator import errors
 from orchestrator.gate import bench_report, workload
@@ -39,11 +38,11 @@ def _rate(config: workload.BenchConfig) -> float | str:
 
 def result(
     report: bench_report.BenchReport, *, label: str | None, now: datetime.datetime, metadata: dict[str, str]
-) -> dict[str, Any]:
+) -> dict[str, object]:
     """The result document, keys in vLLM's order: setup, metadata, traffic, then the figures."""
     config = report.config
     backend = backend_of(config)
-    doc: dict[str, Any] = {
+    doc: dict[str, object] = {
         "date": now.strftime("%Y%m%d-%H%M%S"),
         "endpoint_type": backend,
         "backend": backend,

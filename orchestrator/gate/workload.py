@@ -71,41 +71,29 @@ class BenchConfig(pydantic.BaseModel):
         description="Measured requests; None means unbounded, which needs duration. With duration, a cap.",
     )
     input_tokens: int = pydantic.Field(
-        default=512,
-        ge=1,
-        description="Prompt length in tokens (estimated: one per word; usage tells the truth).",
+        default=512, ge=1, description="Prompt length in tokens (estimated: one per word; usage tells the truth)."
     )
     output_tokens: int = pydantic.Field(
-        default=256,
-        ge=1,
-        description="max_tokens, with ignore_eos so every request decodes exactly this many.",
+        default=256, ge=1, description="max_tokens, with ignore_eos so every request decodes exactly this many."
     )
     warmup: int = pydantic.Field(
-        default=8,
-        ge=0,
-        description="Unmeasured requests first: they open connections and warm server caches.",
+        default=8, ge=0, description="Unmeasured requests first: they open connections and warm server caches."
     )
     duration: float | None = pydantic.Field(
         default=None, gt=0, description="Seconds after which no new request is sent (in-flight ones finish)."
     )
     request_rate: float | None = pydantic.Field(
-        default=None,
-        gt=0,
-        description="Requests/s of an open loop; None is a closed loop of `concurrency` streams.",
+        default=None, gt=0, description="Requests/s of an open loop; None is a closed loop of `concurrency` streams."
     )
     burstiness: float = pydantic.Field(
-        default=1.0,
-        gt=0,
-        description="Gamma shape of inter-arrival times: 1 is Poisson, <1 burstier, >1 smoother.",
+        default=1.0, gt=0, description="Gamma shape of inter-arrival times: 1 is Poisson, <1 burstier, >1 smoother."
     )
     seed: int = pydantic.Field(default=0, description="Seeds prompt words and arrival times (not the nonce).")
     timeout: float = pydantic.Field(
         default=300.0, gt=0, description="Seconds one request may take end to end before it counts as failed."
     )
     stall_timeout: float = pydantic.Field(
-        default=30.0,
-        gt=0,
-        description="Seconds of silence mid-stream after which a request counts as stalled.",
+        default=30.0, gt=0, description="Seconds of silence mid-stream after which a request counts as stalled."
     )
     processes: int | None = pydantic.Field(
         default=None,

@@ -18,26 +18,16 @@ sits below ``orchestrator.records.releases``, which attaches envelopes to record
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections.abc import Mapping
 from typing import Any
 
 import yaml
 
-from orchestrator.records import signing
+from orchestrator.records import encoding, signing
 
 STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
 PREDICATE_TYPE = "https://deployctl.dev/release/v1"
-
-
-def _canonical(value: Any) -> bytes:
-    # The same rules as releases.canonical_json (which this module may not import: it sits below).
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode()
-
-
-def _sha256(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
 
 
 # libyaml's loader when PyYAML has it: every command that writes checks every record, manifests
@@ -45,21 +35,21 @@ def _sha256(data: bytes) -> str:
 _LOADER: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
-def _object_digest(obj: dict[str, Any]) -> str:
+def _object_digest(obj: dict[str, object]) -> str:
     # Lenient where canonical_json is strict: a YAML date or .nan in a manifest must not make a
     # record unsignable; writer and reader hash the same parsed value the same way.
     text = json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
-    return _sha256(text.encode())
+    return encoding.sha256(text.encode())
 
 
-def subjects(manifests: bytes, image: str) -> list[dict[str, Any]]:
+def subjects(manifests: bytes, image: str) -> list[dict[str, object]]:
     """The Statement's subjects: each manifest object, then the image digest. ValueError when the
     manifests are not YAML of Kubernetes objects (they were replaced: no signature can cover them)."""
     try:
         objects = [o for o in yaml.load_all(manifests.decode("utf-8"), Loader=_LOADER) if o is not None]
     except (UnicodeDecodeError, yaml.YAMLError) as e:
         raise ValueError(f"its manifests are not YAML ({type(e).__name__})") from None
-    found: list[dict[str, Any]] = []
+    found: list[dict[str, object]] = []
     for obj in objects:
         if not isinstance(obj, dict) or not isinstance(obj.get("metadata"), dict):
             raise ValueError("its manifests hold a document that is not a Kubernetes object")
@@ -76,7 +66,7 @@ def subjects(manifests: bytes, image: str) -> list[dict[str, Any]]:
     return found
 
 
-def statement(body: Mapping[str, Any], manifests: bytes) -> dict[str, Any]:
+def statement(body: Mapping[str, object], manifests: bytes) -> dict[str, object]:
     """The in-toto Statement of a record: ``body`` is its ``record.json`` as a dict."""
     return {
         "_type": STATEMENT_TYPE,
@@ -86,12 +76,12 @@ def statement(body: Mapping[str, Any], manifests: bytes) -> dict[str, Any]:
     }
 
 
-def sign(body: Mapping[str, Any], manifests: bytes, signer: signing.Signer) -> dict[str, Any]:
+def sign(body: Mapping[str, object], manifests: bytes, signer: signing.Signer) -> dict[str, object]:
     """The DSSE envelope that a new record is stored with."""
-    return signing.envelope(_canonical(statement(body, manifests)), signer)
+    return signing.envelope(encoding.canonical_json(statement(body, manifests)), signer)
 
 
-def check(body: Mapping[str, Any], manifests: bytes, env: Any, keys: signing.PublicKeys) -> str:
+def check(body: Mapping[str, object], manifests: bytes, env: object, keys: signing.PublicKeys) -> str:
     """The keyid that signed this record; SignatureError saying why not (unsigned, an unknown key,
     a signature that does not verify, or a Statement that is not this record's)."""
     if env is None:

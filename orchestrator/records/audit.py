@@ -40,12 +40,12 @@ import binascii
 import collections
 import dataclasses
 import datetime
-from collections.abc import Mapping, Sequence
-from typing import Any, Literal
+from collections.abc import Callable, Mapping, Sequence
+from typing import Literal
 
 from orchestrator import errors
+from orchestrator.records import encoding, releases
 from orchestrator.records import format as record_format
-from orchestrator.records import releases
 
 EXPORT_API_VERSION = "deployctl.dev/v1"
 EXPORT_KIND = "ReleaseAudit"
@@ -75,7 +75,7 @@ class Problem:
     source: Source
     message: str
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         return dataclasses.asdict(self)
 
 
@@ -93,6 +93,20 @@ def verify(
         problems.append(Problem(revision, code, source, message))
 
     counts = collections.Counter(r.revision for r in records)
+    by_revision = _check_each(records, counts, release, namespace, report)
+    _check_links(counts, by_revision, report)
+    return sorted(problems, key=lambda p: (p.revision or 0, p.code))
+
+
+# How the checks below say what they found: revision, problem code, message.
+_Report = Callable[[int | None, ProblemCode, str], None]
+
+
+def _check_each(
+    records: Sequence[releases.Record], counts: Mapping[int, int], release: str, namespace: str, report: _Report
+) -> dict[int, releases.Record]:
+    """Each record on its own: duplicated, copied from another release, edited, manifests replaced.
+    Returns the records by revision, without the duplicated revisions (no record of those is trusted)."""
     by_revision: dict[int, releases.Record] = {}
     for record in sorted(records, key=lambda r: r.revision):
         if counts[record.revision] > 1:
@@ -120,7 +134,7 @@ def verify(
                 f"revision {record.revision}: record.json hashes to {_short(computed)} but was stored as "
                 f"{_short(record.hash)}: it was edited after it was written",
             )
-        actual = releases.sha256(record.manifests)
+        actual = encoding.sha256(record.manifests)
         if actual != record.manifests_sha256:
             report(
                 record.revision,
@@ -128,7 +142,11 @@ def verify(
                 f"revision {record.revision}: the stored manifests hash to {_short(actual)}, the record says "
                 f"{_short(record.manifests_sha256)}: the manifests were replaced after it was written",
             )
+    return by_revision
 
+
+def _check_links(counts: Mapping[int, int], by_revision: Mapping[int, releases.Record], report: _Report) -> None:
+    """The chain between the records: a revision missing, revision 1 re-rooted, a link that does not match."""
     newest = max(counts, default=0)
     for revision in range(1, newest + 1):
         if revision not in counts:
@@ -159,12 +177,11 @@ def verify(
                 f"revision {revision - 1} is stored as {_short(previous.hash)}: revision {revision - 1} "
                 f"was rewritten after revision {revision} was written (or revision {revision}'s link was)",
             )
-    return sorted(problems, key=lambda p: (p.revision or 0, p.code))
 
 
 def export(
     records: Sequence[releases.Record], *, release: str, namespace: str, now: datetime.datetime | None = None
-) -> dict[str, Any]:
+) -> dict[str, object]:
     """A JSON document of the whole chain, for an auditor to keep outside the cluster."""
     exported_at = (now or datetime.datetime.now(datetime.timezone.utc)).astimezone(datetime.timezone.utc)
     ordered = sorted(records, key=lambda r: r.revision)
@@ -192,12 +209,13 @@ def export(
     }
 
 
-def _parse_export(doc: Mapping[str, Any], name: str) -> tuple[list[releases.Record], list[Problem]]:
+def _parse_export(doc: Mapping[str, object], name: str) -> tuple[list[releases.Record], list[Problem]]:
+    entries = doc.get("records") if isinstance(doc, Mapping) else None
     if (
         not isinstance(doc, Mapping)
         or doc.get("apiVersion") != EXPORT_API_VERSION
         or doc.get("kind") != EXPORT_KIND
-        or not isinstance(doc.get("records"), list)
+        or not isinstance(entries, list)
     ):
         raise errors.UsageError(
             f"this is not a deployctl audit export (expected apiVersion {EXPORT_API_VERSION}, "
@@ -211,7 +229,7 @@ def _parse_export(doc: Mapping[str, Any], name: str) -> tuple[list[releases.Reco
     record_format.check_readable(found, what)
     records: list[releases.Record] = []
     problems: list[Problem] = []
-    for index, entry in enumerate(doc["records"]):
+    for index, entry in enumerate(entries):
         revision = entry.get("revision") if isinstance(entry, dict) else None
         try:
             if not isinstance(entry, dict):
@@ -245,12 +263,12 @@ def _parse_export(doc: Mapping[str, Any], name: str) -> tuple[list[releases.Reco
     return records, problems
 
 
-def export_records(doc: Mapping[str, Any], name: str = "the audit export") -> list[releases.Record]:
+def export_records(doc: Mapping[str, object], name: str = "the audit export") -> list[releases.Record]:
     """The records of an export that parse (``verify_export`` reports the others)."""
     return _parse_export(doc, name)[0]
 
 
-def verify_export(doc: Mapping[str, Any], name: str = "the audit export") -> list[Problem]:
+def verify_export(doc: Mapping[str, object], name: str = "the audit export") -> list[Problem]:
     """``verify`` on an export document, offline, plus its head: the head must be the last record.
 
     ``name`` says which export in a refusal (NewerRecordFormat, AuditFailed), e.g. its file.
@@ -274,7 +292,7 @@ def verify_export(doc: Mapping[str, Any], name: str = "the audit export") -> lis
 
 
 def compare_with_export(
-    records: Sequence[releases.Record], doc: Mapping[str, Any], name: str = "the audit export"
+    records: Sequence[releases.Record], doc: Mapping[str, object], name: str = "the audit export"
 ) -> list[Problem]:
     """Every revision in the export must still be in the cluster, unchanged (see the module doc).
 

@@ -16,7 +16,6 @@ field, with a message that says which deployctl to install instead of a validati
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
 
 import orchestrator
 from orchestrator import errors
@@ -80,7 +79,7 @@ def _named(value: object, where: str) -> int:
     return value
 
 
-def of_body(body: Mapping[str, Any], where: str = "record.json") -> int:
+def of_body(body: Mapping[str, object], where: str = "record.json") -> int:
     """The format a parsed record (or export) names: 1 when it names none; ValueError when malformed."""
     if FORMAT_KEY not in body:
         return 1
@@ -107,7 +106,7 @@ def check_readable(found: int, what: str) -> None:
     )
 
 
-def check_fields(body: Mapping[str, Any], found: int) -> None:
+def check_fields(body: Mapping[str, object], found: int) -> None:
     """Refuse fields that format ``found`` does not define (the policy in the module doc)."""
     unknown = sorted(set(body) - FIELDS[found])
     if unknown:

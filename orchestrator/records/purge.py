@@ -34,7 +34,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
 from orchestrator import conventions, errors, output
-from orchestrator.records import audit, releases
+from orchestrator.records import audit, encoding, releases
 
 PURGED_LABEL = "deployctl.dev/purged"  # on tombstones; never the record label, so history skips them
 TOMBSTONE_KEY = "purge.json"
@@ -109,7 +109,7 @@ def tombstone(
     *,
     release: str,
     namespace: str,
-    actor: dict[str, Any],
+    actor: dict[str, object],
     export_sha256: str,
     export_file: str,
     now: datetime.datetime,
@@ -125,7 +125,7 @@ def tombstone(
         "head": {"revision": history[-1].revision, "hash": history[-1].hash},
         "export": {"sha256": export_sha256, "file": pathlib.Path(export_file).name},
     }
-    text = releases.canonical_json(body)
+    text = encoding.canonical_json(body)
     return {
         "apiVersion": "v1",
         "kind": "ConfigMap",
@@ -137,51 +137,53 @@ def tombstone(
                 conventions.RELEASE_LABEL: release,
                 conventions.MANAGED_BY_LABEL: conventions.MANAGED_BY,
             },
-            "annotations": {TOMBSTONE_HASH_ANNOTATION: releases.sha256(text)},
+            "annotations": {TOMBSTONE_HASH_ANNOTATION: encoding.sha256(text)},
         },
         "immutable": True,
         "data": {TOMBSTONE_KEY: text.decode()},
     }
 
 
-def read_tombstone(cm: Mapping[str, Any]) -> dict[str, Any] | None:
+def read_tombstone(cm: Mapping[str, object]) -> dict[str, object] | None:
     """A tombstone's body with ``name`` and ``intact`` (its hash matches), or None when unreadable."""
-    text = (cm.get("data") or {}).get(TOMBSTONE_KEY)
+    text = encoding.object_at(cm, "data").get(TOMBSTONE_KEY)
     try:
         body = json.loads(text) if isinstance(text, str) else None
     except ValueError:
         return None
     if not isinstance(body, dict):
         return None
-    stored = ((cm.get("metadata") or {}).get("annotations") or {}).get(TOMBSTONE_HASH_ANNOTATION)
-    intact = stored == releases.sha256(releases.canonical_json(body))
-    return {**body, "name": (cm.get("metadata") or {}).get("name"), "intact": intact}
+    meta = encoding.object_at(cm, "metadata")
+    stored = encoding.object_at(meta, "annotations").get(TOMBSTONE_HASH_ANNOTATION)
+    intact = stored == encoding.sha256(encoding.canonical_json(body))
+    return {**body, "name": meta.get("name"), "intact": intact}
 
 
-def tombstones(kube: releases.Cluster, release: str, namespace: str) -> list[dict[str, Any]]:
+def tombstones(kube: releases.Cluster, release: str, namespace: str) -> list[dict[str, object]]:
     """The release's purge tombstones, oldest first; an unreadable one shows as unreadable."""
     items, _ = kube.list("ConfigMap", namespace, labels=f"{PURGED_LABEL}=true,{conventions.RELEASE_LABEL}={release}")
     found = []
     for cm in items:
         body = read_tombstone(cm)
-        found.append(body or {"name": cm.get("metadata", {}).get("name"), "intact": False, "purged_at": ""})
+        found.append(body or {"name": encoding.object_at(cm, "metadata").get("name"), "intact": False, "purged_at": ""})
     return sorted(found, key=lambda t: str(t.get("purged_at", "")))
 
 
-def explained(message: str, stones: Sequence[Mapping[str, Any]], namespace: str) -> str:
+def explained(message: str, stones: Sequence[Mapping[str, object]], namespace: str) -> str:
     """``message`` about a release without records, followed by what its newest purge tombstone says."""
     if not stones:
         return message
     last = stones[-1]
-    if not last.get("revisions"):
+    revisions = last.get("revisions")
+    if not isinstance(revisions, list) or not revisions:
         return f"{message}. ConfigMap {last.get('name')} says its records were purged, but it is unreadable: inspect it"
-    revisions = last["revisions"]
-    who = (last.get("actor") or {}).get("user", "?")
-    export = last.get("export") or {}
+    first, newest = (r if isinstance(r, Mapping) else {} for r in (revisions[0], revisions[-1]))
+    who = encoding.object_at(last, "actor").get("user", "?")
+    export = encoding.object_at(last, "export")
     return (
-        f"{message}. Its records (revisions {revisions[0]['revision']}–{revisions[-1]['revision']}, head "
-        f"{str(last['head']['hash'])[:12]}) were purged at {last.get('purged_at')} by {who} after their export to "
-        f"{export.get('file')} (sha256 {str(export.get('sha256'))[:16]}…); "
+        f"{message}. Its records (revisions {first.get('revision')}–{newest.get('revision')}, head "
+        f"{str(encoding.object_at(last, 'head').get('hash'))[:12]}) were purged at {last.get('purged_at')} by {who} "
+        f"after their export to {export.get('file')} (sha256 {str(export.get('sha256'))[:16]}…); "
         f"`kubectl get configmap {last.get('name')} -n {namespace} -o yaml` shows the tombstone"
         + ("" if last.get("intact") else " (its hash does not match: it was edited)")
     )

@@ -13,27 +13,21 @@ Statement of the record (``orchestrator.records.attestation``), made with the wr
 configured; ``orchestrator.records.trust`` decides which records a command that writes may use.
 
 Records are append-only: created once with ``immutable: true`` and never updated, so the chain
-covers every byte of history. Revision numbers are allocated by ``create``: the API server
-refuses a second object with the same name, so two writers can never both get revision N.
-What the chain can and cannot prove is explained in ``orchestrator.records.audit``.
+covers every byte of history. ``orchestrator.records.writer`` appends them, ``orchestrator.records.revisions``
+reads what a history means. What the chain can and cannot prove is explained in ``orchestrator.records.audit``.
 
 Only what the caller passes is stored. The profile names its Secrets and never holds their values,
-and ``actor`` copies a fixed list of CI variables, never the environment.
+and ``writer.actor`` copies a fixed list of CI variables, never the environment.
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
-import dataclasses
-import datetime
-import gzip
-import hashlib
-import io
 import json
 import re
 import zlib
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from typing import Any, Literal, Protocol
 
 import pydantic
@@ -41,8 +35,7 @@ import yaml
 from pydantic import ConfigDict
 
 from orchestrator import conventions, errors
-from orchestrator.profile.model import Profile
-from orchestrator.records import attestation, signing
+from orchestrator.records import attestation, encoding, signing
 from orchestrator.records import format as record_format
 
 LABEL_RECORD = conventions.RECORD_LABEL
@@ -61,28 +54,10 @@ SIGNATURE_KEY = "record.dsse.json"  # format 3: the DSSE envelope, beside record
 RECORD_FORMAT = record_format.RECORD_FORMAT
 RECORD_FORMATS_READ = record_format.RECORD_FORMATS_READ
 
-# A lock (Lease) serialises writers of one release, so a lost race is rare; a few retries cover
-# a writer that bypassed the lock without spinning forever against a broken store.
-APPEND_ATTEMPTS = 5
-
-# CI variables that say which job acted. An allow-list, never a prefix match: CI_JOB_TOKEN and
-# GITHUB_TOKEN sit right next to these and must never reach a record.
-CI_VARIABLES = (
-    "CI",
-    "GITHUB_RUN_ID",
-    "GITHUB_REPOSITORY",
-    "GITHUB_ACTOR",
-    "CI_JOB_ID",
-    "CI_PROJECT_PATH",
-    "GITLAB_USER_LOGIN",
-    "BUILD_ID",
-    "JOB_NAME",
-)
-_CI_VALUE_LIMIT = 200
-
 # "uninstalled": `deployctl uninstall` removed the release's objects; the record says what it deleted.
 # "trusted": `deployctl audit trust` vouched, with its key, for the unsigned records before it
 # (format 3; its ``trust`` field says up to which revision and hash). It deployed nothing.
+
 Outcome = Literal["deployed", "failed", "uninstalled", "trusted"]
 Status = Literal["deployed", "superseded", "failed", "uninstalled", "trusted"]
 
@@ -103,13 +78,13 @@ class ModelRef(_Strict):
 class Cluster(Protocol):
     """The part of ``orchestrator.kube.Kube`` that records need (a fake implements it in tests)."""
 
-    def get(self, kind: str, name: str, namespace: str | None = None) -> dict[str, Any] | None: ...
+    def get(self, kind: str, name: str, namespace: str | None = None) -> encoding.JsonObject | None: ...
 
     def list(
         self, kind: str, namespace: str | None = None, *, labels: str | None = None, fields: str | None = None
-    ) -> tuple[list[dict[str, Any]], str]: ...
+    ) -> tuple[list[encoding.JsonObject], str]: ...
 
-    def create(self, obj: dict[str, Any]) -> dict[str, Any]: ...
+    def create(self, obj: encoding.JsonObject) -> encoding.JsonObject: ...
 
 
 class RecordBody(_Strict):
@@ -121,13 +96,13 @@ class RecordBody(_Strict):
     outcome: Outcome
     description: str
     timestamp: str  # UTC, ISO-8601, second precision
-    actor: dict[str, Any]
+    actor: encoding.JsonObject
     model: ModelRef
     image: str
     profile_hash: str
     profile: str  # the profile YAML text, as applied
-    plan: dict[str, Any] | None  # Plan.to_json()
-    gate: dict[str, Any] | None  # GateReport.to_json()
+    plan: encoding.JsonObject | None  # Plan.to_json()
+    gate: encoding.JsonObject | None  # GateReport.to_json()
     failure: dict[str, str] | None  # {"class": ..., "message": ...}
     rollback_of: int | None
     manifests_sha256: str
@@ -135,7 +110,7 @@ class RecordBody(_Strict):
     # What each new pod's vLLM logged at start-up (startup_log.Observation.to_json()), beside the
     # plan. Added after the first records were written: left out of record.json when None, so
     # the hash of every older record stays what it was.
-    observed: list[dict[str, Any]] | None = None
+    observed: list[encoding.JsonObject] | None = None
     # An uninstall's record: the objects it deleted, as "Kind/name" (their bytes are the record's
     # manifests). Left out of record.json when None, like ``observed``, for the same reason.
     deleted: list[str] | None = None
@@ -143,7 +118,7 @@ class RecordBody(_Strict):
     # stay what 0.1.0 computed. Every record this deployctl writes names RECORD_FORMAT.
     format: int | None = None
     # A trust step's record (outcome "trusted", format 3): {"up_to": N, "head": hash of revision N}.
-    trust: dict[str, Any] | None = None
+    trust: encoding.JsonObject | None = None
 
 
 class Record(RecordBody):
@@ -156,9 +131,9 @@ class Record(RecordBody):
     hash: str
     manifests: bytes  # the exact applied manifest bytes, decompressed
     # The DSSE envelope stored beside record.json (format 3); None when the record is unsigned.
-    envelope: dict[str, Any] | None = None
+    envelope: encoding.JsonObject | None = None
 
-    def body(self) -> dict[str, Any]:
+    def body(self) -> encoding.JsonObject:
         """The fields of ``record.json``: everything but the hash and the manifest bytes."""
         body = self.model_dump(include=set(RecordBody.model_fields))
         for optional in ("observed", "deleted", "format", "trust"):
@@ -167,7 +142,7 @@ class Record(RecordBody):
         return body
 
     def record_json(self) -> bytes:
-        return canonical_json(self.body())
+        return encoding.canonical_json(self.body())
 
     def check_signature(self, keys: signing.PublicKeys) -> str:
         """The keyid that signed this record; SignatureError saying why not."""
@@ -179,27 +154,12 @@ class Record(RecordBody):
         return self.format or 1
 
     def computed_hash(self) -> str:
-        return sha256(self.record_json())
+        return encoding.sha256(self.record_json())
 
-    def to_summary(self, status: Status) -> dict[str, Any]:
-        """One row of ``deployctl history --output json``; ``status`` comes from ``status_of``."""
-        return {
-            "revision": self.revision,
-            "format": self.format_version,
-            "status": status,
-            "description": self.description,
-            "timestamp": self.timestamp,
-            "actor": self.actor,
-            "profile_hash": self.profile_hash,
-            "image": self.image,
-            "gate": (self.gate or {}).get("verdict"),  # pass|inconclusive|error|fail; None: not gated
-            "planner": self.planner_check(),
-        }
-
-    def planner_check(self) -> dict[str, Any]:
+    def planner_check(self) -> encoding.JsonObject:
         """The plan's KV cache against what the pods' vLLM logged (the smallest pod's), and the load time."""
-        kv = [o["kv_cache_tokens"] for o in self.observed or [] if isinstance(o.get("kv_cache_tokens"), int)]
-        loads = [o["load_seconds"] for o in self.observed or [] if isinstance(o.get("load_seconds"), (int, float))]
+        kv = [k for o in self.observed or [] if isinstance(k := o.get("kv_cache_tokens"), int)]
+        loads = [s for o in self.observed or [] if isinstance(s := o.get("load_seconds"), (int, float))]
         return {
             "kv_tokens_planned": (self.plan or {}).get("kv_cache_tokens"),
             "kv_tokens_observed": min(kv) if kv else None,
@@ -210,6 +170,8 @@ class Record(RecordBody):
         """The gate section of the stored profile (``stored_section``)."""
         return self.stored_section("gate")
 
+    # Any: the sections of a profile YAML that any older deployctl wrote, read leniently; the
+    # rollback's gate reads each value it uses with a default (apply.verify).
     def stored_section(self, name: str) -> dict[str, Any]:
         """A top-level section of the stored profile, read leniently (plain YAML, not today's schema):
         a rollback must work for a revision written by an older deployctl. Empty when unreadable."""
@@ -223,115 +185,7 @@ class Record(RecordBody):
         return section if isinstance(section, dict) else {}
 
 
-@dataclasses.dataclass(frozen=True)
-class Draft:
-    """What a new revision is, for its record: everything but the outcome."""
-
-    release: str
-    namespace: str
-    manifests: bytes
-    profile_text: str
-    plan: dict[str, Any] | None
-    model: ModelRef
-    image: str
-    profile_hash: str
-    actor: dict[str, Any]
-    signer: signing.Signer | None = None  # signs the record (None: written unsigned, with a warning)
-
-    @classmethod
-    def of_profile(
-        cls,
-        profile: Profile,
-        plan: dict[str, Any],
-        manifests: bytes,
-        profile_text: str,
-        actor: dict[str, Any],
-        signer: signing.Signer | None = None,
-    ) -> Draft:
-        """A new revision of ``profile``'s release with these manifests, planned as ``plan``."""
-        return cls(
-            profile.metadata.name,
-            profile.metadata.namespace,
-            manifests,
-            profile_text,
-            plan,
-            ModelRef(name=profile.model.name, revision=profile.model.revision),
-            profile.engine.image,
-            profile.spec_hash(),
-            actor,
-            signer,
-        )
-
-    @classmethod
-    def of(cls, record: Record, actor: dict[str, Any], signer: signing.Signer | None = None) -> Draft:
-        """A new revision with the stored bytes of ``record`` (a rollback), by ``actor``."""
-        return cls(
-            record.release,
-            record.namespace,
-            record.manifests,
-            record.profile,
-            record.plan,
-            record.model,
-            record.image,
-            record.profile_hash,
-            actor,
-            signer,
-        )
-
-    def record(
-        self,
-        kube: Cluster,
-        *,
-        outcome: Outcome,
-        description: str,
-        gate: dict[str, Any] | None = None,
-        failure: dict[str, str] | None = None,
-        observed: list[dict[str, Any]] | None = None,
-        rollback_of: int | None = None,
-    ) -> Record:
-        return append(
-            kube,
-            self.release,
-            self.namespace,
-            outcome=outcome,
-            description=description,
-            manifests=self.manifests,
-            profile_text=self.profile_text,
-            plan=self.plan,
-            gate=gate,
-            failure=failure,
-            observed=observed,
-            rollback_of=rollback_of,
-            model=self.model,
-            image=self.image,
-            profile_hash=self.profile_hash,
-            actor=self.actor,
-            signer=self.signer,
-        )
-
-
-# -- encoding -------------------------------------------------------------------------------------
-
-
-def canonical_json(value: Any) -> bytes:
-    """Sorted keys, no whitespace, UTF-8: the same value always gives the same bytes to hash.
-
-    NaN and infinity are refused: they are not JSON, and other tools could not read the record.
-    """
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode()
-
-
-def sha256(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
-
-
-def gzip_bytes(data: bytes) -> bytes:
-    """Deterministic gzip: no mtime, no file name and a fixed OS byte (``gzip.compress`` in 3.11
-    takes the OS byte from zlib), so the same manifests give the same stored bytes anywhere."""
-    buffer = io.BytesIO()
-    with gzip.GzipFile(filename="", fileobj=buffer, mode="wb", compresslevel=9, mtime=0) as f:
-        f.write(data)
-    return buffer.getvalue()
+# -- the ConfigMap ----------------------------------------------------------------------------------
 
 
 def record_name(release: str, revision: int) -> str:
@@ -339,7 +193,12 @@ def record_name(release: str, revision: int) -> str:
 
 
 def record_from_body(
-    body: Mapping[str, Any], *, hash: str, manifests: bytes, what: str = "", envelope: dict[str, Any] | None = None
+    body: Mapping[str, object],
+    *,
+    hash: str,
+    manifests: bytes,
+    what: str = "",
+    envelope: encoding.JsonObject | None = None,
 ) -> Record:
     """Check a parsed ``record.json`` field by field and build the Record; ValueError says what is wrong.
 
@@ -354,14 +213,14 @@ def record_from_body(
     if body.get("outcome") == "trusted" and found < record_format.SIGNED_FORMAT:
         raise ValueError(f"record.json has outcome 'trusted', which record format {found} does not have")
     try:
-        return Record(**body, hash=hash, manifests=manifests, envelope=envelope)
+        return Record.model_validate({**body, "hash": hash, "manifests": manifests, "envelope": envelope})
     except pydantic.ValidationError as e:
         # pydantic's own text is several lines per field and names its docs; one clause each.
         problems = [f"{'.'.join(str(p) for p in err['loc']) or 'record'}: {err['msg']}" for err in e.errors()]
         raise ValueError(f"record.json does not fit record format {found}: {'; '.join(problems[:3])}") from None
 
 
-def to_configmap(record: Record) -> dict[str, Any]:
+def to_configmap(record: Record) -> encoding.JsonObject:
     return {
         "apiVersion": "v1",
         "kind": "ConfigMap",
@@ -384,17 +243,21 @@ def to_configmap(record: Record) -> dict[str, Any]:
         "immutable": True,
         "data": {
             RECORD_KEY: record.record_json().decode(),
-            **({SIGNATURE_KEY: canonical_json(record.envelope).decode()} if record.envelope is not None else {}),
+            **(
+                {SIGNATURE_KEY: encoding.canonical_json(record.envelope).decode()}
+                if record.envelope is not None
+                else {}
+            ),
         },
-        "binaryData": {MANIFESTS_KEY: base64.b64encode(gzip_bytes(record.manifests)).decode()},
+        "binaryData": {MANIFESTS_KEY: base64.b64encode(encoding.gzip_bytes(record.manifests)).decode()},
     }
 
 
-def from_configmap(cm: Mapping[str, Any]) -> Record:
+def from_configmap(cm: Mapping[str, object]) -> Record:
     """Parse a record ConfigMap; ValueError says what is unreadable, NewerRecordFormat that this
     deployctl does not read its format (told by the label before the body is even parsed)."""
-    meta = cm.get("metadata") or {}
-    labels = meta.get("labels") or {}
+    meta = encoding.object_at(cm, "metadata")
+    labels = encoding.object_at(meta, "labels")
     what = (
         f"release {labels.get(LABEL_RELEASE, '?')} revision {labels.get(LABEL_REVISION, '?')} in namespace "
         f"{meta.get('namespace', '?')} (ConfigMap {meta.get('name', '?')})"
@@ -402,9 +265,9 @@ def from_configmap(cm: Mapping[str, Any]) -> Record:
     labelled = record_format.of_label(labels.get(LABEL_FORMAT))
     if labelled is not None:
         record_format.check_readable(labelled, what)
-    text = (cm.get("data") or {}).get(RECORD_KEY)
-    signed = (cm.get("data") or {}).get(SIGNATURE_KEY)
-    packed = (cm.get("binaryData") or {}).get(MANIFESTS_KEY)
+    text = encoding.object_at(cm, "data").get(RECORD_KEY)
+    signed = encoding.object_at(cm, "data").get(SIGNATURE_KEY)
+    packed = encoding.object_at(cm, "binaryData").get(MANIFESTS_KEY)
     if text is None or packed is None:
         raise ValueError(f"it lacks data[{RECORD_KEY!r}] or binaryData[{MANIFESTS_KEY!r}]")
     if not isinstance(text, str) or not isinstance(packed, str) or not isinstance(signed, (str, type(None))):
@@ -413,7 +276,7 @@ def from_configmap(cm: Mapping[str, Any]) -> Record:
         )
     try:
         body = json.loads(text)
-        manifests = _gunzip(base64.b64decode(packed, validate=True))
+        manifests = encoding.gunzip(base64.b64decode(packed, validate=True))
         envelope = None if signed is None else json.loads(signed)
     except RecursionError as e:  # JSON nested past the parser's stack: no record is
         raise ValueError(f"{RECORD_KEY} is nested too deeply to be a record") from e
@@ -431,23 +294,8 @@ def from_configmap(cm: Mapping[str, Any]) -> Record:
         )
     if envelope is not None and (found < record_format.SIGNED_FORMAT or not isinstance(envelope, dict)):
         raise ValueError(f"its {SIGNATURE_KEY} is not a JSON object, or its record format {found} is not signed")
-    stored_hash = str((meta.get("annotations") or {}).get(ANNOTATION_HASH, ""))
+    stored_hash = str(encoding.object_at(meta, "annotations").get(ANNOTATION_HASH, ""))
     return record_from_body(body, hash=stored_hash, manifests=manifests, what=what, envelope=envelope)
-
-
-# A release's manifests are tens of KiB; a ConfigMap holds at most 1 MiB, which gzip can inflate a
-# thousandfold. Past this the record is refused rather than inflated (a bomb from a namespace editor).
-MANIFESTS_MAX_BYTES = 64 << 20
-
-
-def _gunzip(packed: bytes) -> bytes:
-    inflate = zlib.decompressobj(wbits=16 + zlib.MAX_WBITS)  # the gzip container, as gzip.compress writes it
-    out = inflate.decompress(packed, MANIFESTS_MAX_BYTES + 1)
-    if len(out) > MANIFESTS_MAX_BYTES or inflate.unconsumed_tail:
-        raise ValueError(f"its manifests inflate to more than {MANIFESTS_MAX_BYTES:,} bytes")
-    if not inflate.eof:
-        raise ValueError("its manifests are a cut-off gzip stream")
-    return out
 
 
 # -- the store ------------------------------------------------------------------------------------
@@ -487,7 +335,7 @@ def load_history(
     unreadable: list[str] = []
     newer: list[errors.NewerRecordFormat] = []
     for cm in items:
-        name = cm.get("metadata", {}).get("name", "?")
+        name = encoding.object_at(cm, "metadata").get("name", "?")
         if not is_record_name(name, release):
             if warn is not None:
                 warn(foreign_message(str(name), release, namespace))
@@ -508,207 +356,3 @@ def load_history(
             "(deployctl audit verify --against)"
         )
     return sorted(records, key=lambda r: r.revision)
-
-
-def append(
-    kube: Cluster,
-    release: str,
-    namespace: str,
-    *,
-    outcome: Outcome,
-    description: str,
-    manifests: bytes,
-    profile_text: str,
-    plan: dict[str, Any] | None,
-    gate: dict[str, Any] | None,
-    failure: dict[str, str] | None,
-    rollback_of: int | None,
-    model: ModelRef,
-    observed: list[dict[str, Any]] | None = None,
-    deleted: list[str] | None = None,
-    image: str,
-    profile_hash: str,
-    actor: dict[str, Any],
-    now: datetime.datetime | None = None,
-    signer: signing.Signer | None = None,
-    trust: dict[str, Any] | None = None,
-) -> Record:
-    """Store the next revision of ``release`` and return it, signed by ``signer`` when given.
-
-    The next number is the last one + 1 and ``prev_hash`` is the last record's stored hash (so an
-    earlier edit that did not update the chain stays visible). If another writer took that number
-    first, the API server answers Conflict and we re-read and try the next one.
-    """
-    timestamp = (now or datetime.datetime.now(datetime.timezone.utc)).astimezone(datetime.timezone.utc)
-    for _ in range(APPEND_ATTEMPTS):
-        history = load_history(kube, release, namespace)
-        last = history[-1] if history else None
-        body: dict[str, Any] = {
-            "release": release,
-            "namespace": namespace,
-            "revision": last.revision + 1 if last else 1,
-            "outcome": outcome,
-            "description": description,
-            "timestamp": timestamp.strftime("%Y-%m-%dT%H:%M:%SZ"),
-            "actor": actor,
-            "model": model.model_dump(),
-            "image": image,
-            "profile_hash": profile_hash,
-            "profile": profile_text,
-            "plan": plan,
-            "gate": gate,
-            "failure": failure,
-            "rollback_of": rollback_of,
-            "manifests_sha256": sha256(manifests),
-            "prev_hash": last.hash if last else "",
-            "format": RECORD_FORMAT,
-        }
-        if observed is not None:
-            body["observed"] = observed
-        if deleted is not None:
-            body["deleted"] = deleted
-        if trust is not None:
-            body["trust"] = trust
-        try:
-            envelope = attestation.sign(body, manifests, signer) if signer is not None else None
-            record = record_from_body(body, hash=sha256(canonical_json(body)), manifests=manifests, envelope=envelope)
-        except (TypeError, ValueError) as e:  # ValueError: pydantic's, or canonical_json's for NaN
-            raise errors.UsageError(
-                f"cannot record revision {body['revision']} of {release!r}: {e}. "
-                "The plan, gate report and actor must be plain JSON objects (no NaN, no other types)"
-            ) from e
-        try:
-            kube.create(to_configmap(record))
-        except errors.Conflict:
-            name = record_name(release, record.revision)
-            if kube.get("ConfigMap", name, namespace) is not None and record.revision not in {
-                r.revision for r in load_history(kube, release, namespace)
-            }:
-                # Not a race: an object holds the name without the record labels, so every retry
-                # would meet it again.
-                raise errors.AuditFailed(
-                    f"ConfigMap {name} in namespace {namespace!r} exists but is not a record of release "
-                    f"{release!r} (its labels were changed or removed); inspect it with kubectl before "
-                    "deploying"
-                ) from None
-            continue
-        return record
-    raise errors.Conflict(
-        f"could not store a record for release {release!r} in namespace {namespace!r}: another writer took "
-        f"the next revision {APPEND_ATTEMPTS} times in a row. Is a deployctl running without the "
-        "release lock?"
-    )
-
-
-def actor(kube_user: str, env: Mapping[str, str]) -> dict[str, Any]:
-    """Who acted: the user the API server authenticated, and the CI job when there is one."""
-    ci = {name: env[name][:_CI_VALUE_LIMIT] for name in CI_VARIABLES if env.get(name)}
-    return {"user": kube_user, "ci": ci}
-
-
-# -- reading history ------------------------------------------------------------------------------
-
-
-def status_of(history: Sequence[Record]) -> dict[int, Status]:
-    """Revision → status: the newest deployed record is ``deployed`` (live), older deployed ones are
-    ``superseded``, failed ones stay ``failed`` and uninstall records are ``uninstalled``.
-
-    ``deployed`` means "the newest revision that passed": when the newest record is failed and its
-    automatic rollback failed too, the cluster may still run the failed revision's objects.
-    """
-    current = live(history)
-    statuses: dict[int, Status] = {}
-    for record in history:
-        if record.outcome in ("failed", "uninstalled", "trusted"):
-            statuses[record.revision] = record.outcome
-        else:
-            statuses[record.revision] = "deployed" if record is current else "superseded"
-    return statuses
-
-
-def summaries(history: Sequence[Record]) -> list[dict[str, Any]]:
-    """``deployctl history --output json``: one summary per revision, oldest first."""
-    statuses = status_of(history)
-    return [record.to_summary(statuses[record.revision]) for record in history]
-
-
-def live(history: Sequence[Record]) -> Record | None:
-    """The newest record that was deployed and passed, the target of an automatic rollback; None
-    when an uninstall came after it (nothing is live, and a failed apply removes what it created)."""
-    for record in reversed(history):
-        if record.outcome == "deployed":
-            return record
-        if record.outcome == "uninstalled":
-            return None
-    return None
-
-
-def uninstalled(history: Sequence[Record]) -> Record | None:
-    """The uninstall record, when the release is uninstalled: no revision was deployed after it."""
-    for record in reversed(history):
-        if record.outcome == "deployed":
-            return None
-        if record.outcome == "uninstalled":
-            return record
-    return None
-
-
-def last_good_before(history: Sequence[Record], revision: int) -> Record | None:
-    """The newest deployed record older than ``revision`` whose manifests differ from its own.
-
-    Say revision 1 installed A, 2 upgraded to B, 3 tried C and failed its gate, and 4 is the
-    automatic "rollback to 2", live again with B's bytes. An engineer who now asks to roll back
-    means "go back to before B": 3 failed and 2 holds exactly what already runs, so the answer
-    is 1. Failed records and records with the same bytes as ``revision`` are skipped; None when
-    nothing earlier is different.
-    """
-    by_revision = {r.revision: r for r in history}
-    if revision not in by_revision:
-        raise errors.UnknownRelease(f"revision {revision} is not in the history ({_revisions(history)})")
-    current = by_revision[revision].manifests_sha256
-    return next(
-        (
-            r
-            for r in reversed(history)
-            if r.revision < revision and r.outcome == "deployed" and r.manifests_sha256 != current
-        ),
-        None,
-    )
-
-
-def rollback_target(history: Sequence[Record]) -> Record | None:
-    """What ``deployctl rollback`` without ``--to`` restores.
-
-    If the newest record failed (an upgrade or rollback whose own rollback did not finish), the
-    cluster may be running its bytes, so the target is the live record: restore the last good
-    state. Otherwise the target is ``last_good_before`` the live record. Re-applying the live
-    bytes is harmless (server-side apply is idempotent and the gate runs again), whereas going
-    one step further back than the engineer meant would not be. After an uninstall, the target
-    is the revision that was live when it ran.
-    """
-    gone = uninstalled(history)
-    if gone is not None:
-        # Undo the uninstall: the revision that was live when it ran (as `helm rollback` after
-        # `helm uninstall --keep-history` goes back to the revision before the uninstalled one).
-        return next((r for r in reversed(history) if r.revision < gone.revision and r.outcome == "deployed"), None)
-    current = live(history)
-    if current is None:
-        return None
-    acted = [r for r in history if r.outcome != "trusted"]  # a trust step changed nothing in the cluster
-    if acted and acted[-1].outcome == "failed":
-        return current
-    return last_good_before(history, current.revision)
-
-
-def get(history: Sequence[Record], revision: int) -> Record:
-    """Revision ``revision``, or NotFound naming the revisions there are (for ``rollback --to``)."""
-    for record in history:
-        if record.revision == revision:
-            return record
-    raise errors.UnknownRelease(f"revision {revision} is not in the history ({_revisions(history)})")
-
-
-def _revisions(history: Sequence[Record]) -> str:
-    if not history:
-        return "the release has no records"
-    return f"it has revisions {history[0].revision} to {history[-1].revision}"

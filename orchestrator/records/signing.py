@@ -28,7 +28,7 @@ import hashlib
 import os
 import pathlib
 from collections.abc import Iterable, Mapping
-from typing import Any, Protocol
+from typing import Protocol
 
 from cryptography.exceptions import InvalidSignature, UnsupportedAlgorithm
 from cryptography.hazmat.primitives import hashes, serialization
@@ -126,7 +126,7 @@ class PublicKeys:
 # -- envelopes ------------------------------------------------------------------------------------
 
 
-def envelope(payload: bytes, signer: Signer, payload_type: str = PAYLOAD_TYPE) -> dict[str, Any]:
+def envelope(payload: bytes, signer: Signer, payload_type: str = PAYLOAD_TYPE) -> dict[str, object]:
     """A DSSE envelope of ``payload`` with one signature by ``signer``."""
     signature = signer.sign(pae(payload_type, payload))
     return {
@@ -136,7 +136,7 @@ def envelope(payload: bytes, signer: Signer, payload_type: str = PAYLOAD_TYPE) -
     }
 
 
-def open_envelope(env: Any, keys: PublicKeys, payload_type: str = PAYLOAD_TYPE) -> tuple[bytes, str]:
+def open_envelope(env: object, keys: PublicKeys, payload_type: str = PAYLOAD_TYPE) -> tuple[bytes, str]:
     """The payload of ``env`` and the keyid that signed it; SignatureError when no trusted key did."""
     if not isinstance(env, Mapping) or not isinstance(env.get("signatures"), list):
         raise SignatureError("its envelope is not a DSSE envelope (payload, payloadType, signatures)")

@@ -21,13 +21,13 @@ import base64
 import binascii
 import dataclasses
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TypedDict
 
 from orchestrator import errors
-from orchestrator.records import audit, releases, signing
+from orchestrator.records import audit, encoding, releases, signing
 
 Report = Callable[[str, str], None]
-GetObject = Callable[[str, str, str], "dict[str, Any] | None"]
+GetObject = Callable[[str, str, str], "dict[str, object] | None"]
 
 # The controller's key: a Secret in its own namespace, which a Role of its own lets it read
 # (docs/security.md#signed-records), so that an editor of a release namespace never holds it.
@@ -60,7 +60,7 @@ def from_secret(get: GetObject, namespace: str, name: str = SECRET_NAME) -> Keys
     secret = get("Secret", name, namespace)
     if secret is None:
         return None
-    data = secret.get("data") or {}
+    data = encoding.object_at(secret, "data")
     where = f"Secret {namespace}/{name}"
 
     def value(key: str) -> bytes | None:
@@ -213,7 +213,14 @@ def unsigned_warning(keys: Keys) -> str | None:
     )
 
 
-def trust_body(checked: Checked, up_to: int) -> dict[str, Any]:
+class TrustBody(TypedDict):
+    """A trust record's ``trust`` field: it vouches for revisions 1 to ``up_to``, chained to ``head``."""
+
+    up_to: int
+    head: str
+
+
+def trust_body(checked: Checked, up_to: int) -> TrustBody:
     """The ``trust`` field of a trust record: revisions 1 to ``up_to`` and the hash they chain to."""
     by_revision = {r.revision: r for r in checked.records}
     if up_to not in by_revision:

@@ -7,7 +7,7 @@ template`` fed ``render --format helm-values`` place the same values, and tests 
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -77,7 +77,7 @@ class ServerValues(_Values):
         description="The path that answers 200 once the model is loaded and generates (`helm test` asks it; the "
         "probes ask their own, cheaper path where the engine has one).",
     )
-    env: list[dict[str, Any]] = Field(
+    env: list[dict[str, object]] = Field(
         default_factory=list,
         description="Container environment (Kubernetes EnvVars): HOME, the air-gap switches, HF_TOKEN.",
     )
@@ -113,7 +113,7 @@ class CopyValues(_Values):
         "index. A changed template makes new copies, never changes a running one, so a copy never runs mixed "
         "revisions."
     )
-    affinity: dict[str, Any] = Field(
+    affinity: dict[str, object] = Field(
         description="Affinity of the copy's pods: the GPU product and NVLink node labels, one pod per node, "
         "and all of them in one topology domain."
     )
@@ -180,6 +180,20 @@ class PodMonitorValues(_Values):
     )
 
 
+# The Kubernetes objects a profile passes to the engine pods as they are: the descriptions of
+# Values' four lists of them.
+_FROM_PROFILE = {
+    "extraEnv": "More EnvVars of the engine container, after `server.env` (the profile's engine.env): `{name, "
+    "value}` or `{name, valueFrom: {secretKeyRef: {name, key}}}`.",
+    "envFrom": "EnvFromSources of the engine container (the profile's engine.envFrom): `{secretRef: {name}}`, "
+    "`{configMapRef: {name}, prefix: APP_}`.",
+    "extraVolumes": "More volumes of the engine pods, after the weights, /dev/shm and HOME (the profile's "
+    "engine.volumes).",
+    "extraVolumeMounts": "More volumeMounts of the engine container, `{name, mountPath, readOnly, subPath}` (the "
+    "profile's engine.volumeMounts).",
+}
+
+
 class Values(_Values):
     """The Helm chart's values: every setting resolved from a profile, as both templates use it."""
 
@@ -208,52 +222,38 @@ class Values(_Values):
     revisionHistoryLimit: int = Field(default=10, ge=0, description="Old ReplicaSets kept for `kubectl rollout undo`.")
     server: ServerValues = Field(description="The engine's server container.")
     model: ModelValues = Field(description="The weights and where they are mounted.")
-    resources: dict[str, Any] = Field(
+    resources: dict[str, object] = Field(
         description="Container resources: GPUs (request = limit), CPU request, memory request = limit."
     )
     shmSizeLimit: str = Field(
         default="1Gi", description="Size of the memory-backed /dev/shm NCCL uses between the pod's GPUs."
     )
-    startupProbe: dict[str, Any] = Field(
+    startupProbe: dict[str, object] = Field(
         description="Startup probe on the engine's probe path (/health; SGLang's /ready); failureThreshold × "
         "periodSeconds is the time allowed to load."
     )
-    readinessProbe: dict[str, Any] = Field(description="Readiness probe on the engine's probe path.")
-    livenessProbe: dict[str, Any] = Field(
+    readinessProbe: dict[str, object] = Field(description="Readiness probe on the engine's probe path.")
+    livenessProbe: dict[str, object] = Field(
         description="Liveness probe on the engine's probe path; patient: a busy server is slow, a restart costs "
         "minutes."
     )
-    extraEnv: list[dict[str, Any]] = Field(
-        default_factory=list,
-        description="More EnvVars of the engine container, after `server.env` (the profile's engine.env): `{name, "
-        "value}` or `{name, valueFrom: {secretKeyRef: {name, key}}}`.",
+    extraEnv: list[dict[str, object]] = Field(default_factory=list, description=_FROM_PROFILE["extraEnv"])
+    envFrom: list[dict[str, object]] = Field(default_factory=list, description=_FROM_PROFILE["envFrom"])
+    extraVolumes: list[dict[str, object]] = Field(default_factory=list, description=_FROM_PROFILE["extraVolumes"])
+    extraVolumeMounts: list[dict[str, object]] = Field(
+        default_factory=list, description=_FROM_PROFILE["extraVolumeMounts"]
     )
-    envFrom: list[dict[str, Any]] = Field(
-        default_factory=list,
-        description="EnvFromSources of the engine container (the profile's engine.envFrom): `{secretRef: {name}}`, "
-        "`{configMapRef: {name}, prefix: APP_}`.",
-    )
-    extraVolumes: list[dict[str, Any]] = Field(
-        default_factory=list,
-        description="More volumes of the engine pods, after the weights, /dev/shm and HOME (the profile's "
-        "engine.volumes).",
-    )
-    extraVolumeMounts: list[dict[str, Any]] = Field(
-        default_factory=list,
-        description="More volumeMounts of the engine container, `{name, mountPath, readOnly, subPath}` (the "
-        "profile's engine.volumeMounts).",
-    )
-    podSecurityContext: dict[str, Any] = Field(description="Pod security context (Pod Security `restricted`).")
-    securityContext: dict[str, Any] = Field(description="Container security context (Pod Security `restricted`).")
+    podSecurityContext: dict[str, object] = Field(description="Pod security context (Pod Security `restricted`).")
+    securityContext: dict[str, object] = Field(description="Container security context (Pod Security `restricted`).")
     podLabels: dict[str, str] = Field(default_factory=dict, description="Extra labels on the pods.")
     podAnnotations: dict[str, str] = Field(default_factory=dict, description="Extra annotations on the pods.")
     nodeSelector: dict[str, str] = Field(default_factory=dict, description="Node labels a pod requires.")
-    affinity: dict[str, Any] = Field(
+    affinity: dict[str, object] = Field(
         default_factory=dict,
         description="Pod affinity: the required GPU product (`nvidia.com/gpu.product` In the profile's "
         "hardware.productLabels, else the catalog's values for hardware.gpu) and NVLink node labels.",
     )
-    tolerations: list[dict[str, Any]] = Field(default_factory=list, description="Tolerations of the pods.")
+    tolerations: list[dict[str, object]] = Field(default_factory=list, description="Tolerations of the pods.")
     priorityClassName: str = Field(default="", description="PriorityClass of the pods; empty: none.")
     runtimeClassName: str = Field(default="", description="RuntimeClass of the pods; empty: the cluster default.")
     terminationGracePeriodSeconds: int = Field(

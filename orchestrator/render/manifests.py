@@ -1,36 +1,31 @@
 """Profile → Kubernetes objects: the Jinja2 manifests, the Helm chart's values, and deployctl's RBAC.
 
-Every setting is resolved once, here in Python, into ``chart_values.Values``: the Helm chart's
-values, whose JSON schema is the chart's values.schema.json. The Jinja2 templates in ``manifests/`` and the
-chart's Go templates only place those values into objects, so ``deployctl render`` and
-``helm template`` fed ``deployctl render --format helm-values`` give the same objects, and a test
-holds them to it. The output is deterministic: the same profile gives the same bytes.
+Every setting is resolved once, in Python (``orchestrator.render.resolve``), into
+``chart_values.Values``: the Helm chart's values, whose JSON schema is the chart's
+values.schema.json. The Jinja2 templates in ``manifests/`` and the chart's Go templates only place
+those values into objects, so ``deployctl render`` and ``helm template`` fed ``deployctl render
+--format helm-values`` give the same objects, and a test holds them to it. The output is
+deterministic: the same profile gives the same bytes.
 """
 
 from __future__ import annotations
 
 import functools
-import hashlib
 import json
-import math
 import pathlib
 import re
-import shlex
 from collections.abc import Collection, Mapping, Sequence
-from typing import Any
+from typing import Any, NoReturn
 
 import jinja2
 import yaml
-from pydantic import BaseModel
 
 from orchestrator import conventions, errors
-from orchestrator.catalog import lookup as catalog
 from orchestrator.plan import planner
 from orchestrator.profile import base as profile_base
 from orchestrator.profile import model as profiles
-from orchestrator.profile import pod as profile_pod
 from orchestrator.profile import yaml_text
-from orchestrator.render import chart_values
+from orchestrator.render import chart_values, resolve
 
 CHART_NAME = "vllm-inference"  # also app.kubernetes.io/name, as in a chart made by `helm create`
 MANAGED_BY = conventions.MANAGED_BY  # the Helm chart writes the same, so both renders carry equal labels
@@ -39,23 +34,6 @@ RELEASE_LABEL = conventions.RELEASE_LABEL
 PROFILE_HASH_ANNOTATION = conventions.PROFILE_HASH_ANNOTATION
 GPU_RESOURCE = conventions.GPU_RESOURCE
 GPU_PRODUCT_LABEL = conventions.GPU_PRODUCT_LABEL
-
-# Pod Security "restricted" needs a non-root user. The official image has none (it runs as
-# root), so we pick a numeric uid, which the kubelet can check without reading /etc/passwd,
-# and give it a writable HOME for the caches engines and their kernels write (torch.compile,
-# Triton, FlashInfer). The weights must then be readable by any user (0644 files, 0755 directories).
-RUN_AS_UID = 1000
-HOME_DIR = profile_pod.HOME_DIR
-
-
-# Start-up time when the profile does not give engine.startupSeconds: a fixed part (CUDA and
-# NCCL initialisation, torch.compile, CUDA-graph capture, which do not grow with the weights)
-# plus reading the pod's weights at an assumed 250 MiB/s, what a busy NFS or Ceph claim
-# sustains; local NVMe is ten times faster, so this errs long. Llama 3 70B in bf16 (131 GiB)
-# comes to about 14 minutes, an 8B model to about 6.
-STARTUP_FIXED_SECONDS = 300
-STORAGE_MIB_PER_SECOND = 250
-PROBE_PERIOD_SECONDS = 10
 
 # Objects in the order they are applied: the NetworkPolicy exists before the first pod can
 # reach out, the ServiceAccount before the pods that name it.
@@ -68,337 +46,25 @@ _WORKLOAD_TEMPLATES = (
 # What runs the copies: a Deployment of one-pod copies, or a group object per engine.
 _COPY_TEMPLATES = {"": "deployment.yaml.j2", "kuberay": "raycluster.yaml.j2", "lws": "leaderworkerset.yaml.j2"}
 
-# A copy across nodes waits for its workers before vLLM starts; Ray's own file-descriptor advice
-# (KubeRay runs `ulimit -n 65536` before `ray start`) holds for the head we start ourselves.
-RAY_BACKEND_ARGS = ("--distributed-executor-backend", "ray")
-# vLLM's multiprocessing backend across nodes: torch.distributed's rendezvous on the leader.
-MP_MASTER_PORT = 29500
 # KubeRay starts `ray start` itself unless a pod template carries this annotation; then it only
 # exports the command as $KUBERAY_GEN_RAY_START_CMD, and the head script runs it, waits for the
 # workers and starts vLLM.
 RAY_OVERWRITE_CMD_ANNOTATION = "ray.io/overwrite-container-cmd"
-# LeaderWorkerSet injects these into every pod of a group (sigs.k8s.io/lws, pkg/utils/env).
-LWS_ENV = profile_pod.LWS_ENV
-LWS_GROUP_KEY_LABEL = "leaderworkerset.sigs.k8s.io/group-key"
-HOSTNAME_TOPOLOGY = "kubernetes.io/hostname"
-# Characters of the release name kept in a RayCluster's name: KubeRay derives longer names from it
-# ("<name>-head-svc", pod names with a group suffix), which must stay valid DNS labels.
-GROUP_NAME_PREFIX_CHARS = 40
 _RBAC_TEMPLATE = "rbac/deployctl.yaml.j2"
 # Last: it only tells Prometheus where the pods are (profile monitoring.podMonitor).
 _PODMONITOR_TEMPLATE = "podmonitor.yaml.j2"
 
 
-# --- resolving a profile -------------------------------------------------------------------------
+# --- templates -------------------------------------------------------------------------------------
 
 
 def helm_values(profile: profiles.Profile, plan: planner.Plan) -> dict[str, Any]:
     """The chart's values for a profile: what `deployctl render --format helm-values` prints."""
-    return _resolve(profile, plan, None).model_dump(mode="json")
-
-
-def _resolve(profile: profiles.Profile, plan: planner.Plan, strategy: Mapping[str, Any] | None) -> chart_values.Values:
-    engine, placement, rollout = profile.engine, profile.placement, profile.rollout
-    serving = engine.engine
-    health, probe = serving.health_path, serving.probe_path
-    source = profile.model.source
-    gpus = str(profile.gpus_per_pod)
-    startup = startup_seconds(profile, plan)
-    if profile.multi_node:
-        startup += rollout.groupJoinSeconds  # vLLM starts loading only once the workers joined
-    if strategy is None:
-        strategy = conventions.strategy_spec(conventions.PROFILE_STRATEGY_DEFAULTS[rollout.strategy])
-    values = chart_values.Values(
-        fullnameOverride=profile.metadata.name,
-        engine=chart_values.EngineValues(kind=engine.kind, version=engine.engine_version),
-        profileHash=profile.spec_hash(),
-        commonLabels=_sorted(profile.metadata.labels),
-        image=chart_values.ImageValues(reference=engine.image),
-        imagePullSecrets=[chart_values.ImagePullSecret(name=n) for n in engine.imagePullSecrets],
-        replicaCount=rollout.replicas,
-        strategy=_strategy(strategy),
-        progressDeadlineSeconds=rollout.progressDeadlineSeconds,
-        revisionHistoryLimit=rollout.revisionHistory,
-        server=chart_values.ServerValues(
-            command=list(serving.command),
-            args=_literal_args(serving.args(profile.server_settings())),
-            port=engine.port,
-            healthPath=health,
-            env=_env(profile),
-        ),
-        group=_group(profile, strategy),
-        model=chart_values.ModelValues(
-            servedName=profile.model.name,
-            claimName=source.pvc if isinstance(source, profiles.PvcSource) else "",
-            hostPath=source.hostPath if isinstance(source, profiles.HostPathSource) else "",
-            mountPath=source.mountPath,
-        ),
-        resources={
-            # No CPU limit: CFS throttling stalls the tokenizer and scheduler loop under load.
-            "requests": {"cpu": engine.cpu, "memory": engine.memory, GPU_RESOURCE: gpus},
-            "limits": {"memory": engine.memory, GPU_RESOURCE: gpus},
-        },
-        shmSizeLimit=engine.shmSize or ("16Gi" if profile.gpus_per_pod > 1 else "1Gi"),
-        startupProbe=_probe(probe, timeout=5, failures=math.ceil(startup / PROBE_PERIOD_SECONDS)),
-        readinessProbe=_probe(probe, timeout=5, failures=3),
-        livenessProbe=_probe(probe, timeout=10, failures=6, period=30),
-        podSecurityContext={
-            "runAsNonRoot": True,
-            "runAsUser": RUN_AS_UID,
-            "runAsGroup": RUN_AS_UID,
-            "seccompProfile": {"type": "RuntimeDefault"},
-            **_fs_group(engine),
-        },
-        securityContext={"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}},
-        extraEnv=_k8s(engine.env),
-        envFrom=_k8s(engine.envFrom),
-        extraVolumes=_k8s(engine.volumes),
-        extraVolumeMounts=_k8s(engine.volumeMounts),
-        podLabels=_sorted(placement.podLabels),
-        podAnnotations=_sorted(placement.podAnnotations),
-        nodeSelector=_sorted(placement.nodeSelector),
-        affinity=_affinity(profile),
-        tolerations=[t.model_dump(mode="json", exclude_none=True) for t in placement.tolerations],
-        priorityClassName=placement.priorityClassName or "",
-        runtimeClassName=placement.runtimeClassName or "",
-        podDisruptionBudget=_disruption(rollout.replicas, profile.nodes_per_copy),
-        networkPolicy=chart_values.NetworkPolicyValues(
-            enabled=profile.airgap.denyEgress, allowEgressCIDRs=list(profile.airgap.allowEgressCIDRs)
-        ),
-        podMonitor=chart_values.PodMonitorValues(
-            path=serving.metrics_path, **profile.monitoring.podMonitor.model_dump()
-        ),
-    )
-    return _with_copies(values, profile)
-
-
-def _literal_args(args: Sequence[str]) -> list[str]:
-    """The engine's args from the profile (model.name, the model path, engine.extraArgs), escaped so that
-    Kubernetes' ``$(VAR)`` expansion cannot put an env value such as HF_TOKEN's into them: the served
-    name would carry the token into /v1/models and from there into the gate's messages and records."""
-    return [conventions.literal_arg(arg) for arg in args]
-
-
-def _strategy(spec: Mapping[str, Any]) -> chart_values.StrategyValues:
-    """A Deployment ``spec.strategy`` (as preflight gives it) in the values' flat shape."""
-    rolling = spec.get("rollingUpdate") or {}
-    return chart_values.StrategyValues(
-        type=spec["type"], **{k: v for k, v in rolling.items() if k in ("maxSurge", "maxUnavailable")}
-    )
-
-
-def _k8s(items: Sequence[BaseModel]) -> list[dict[str, Any]]:
-    """Profile items as the Kubernetes objects they mirror; a field left at its default is left out, as
-    the API server defaults it the same way."""
-    return [item.model_dump(mode="json", exclude_defaults=True) for item in items]
-
-
-def _fs_group(engine: profiles.EngineSpec) -> dict[str, Any]:
-    if engine.fsGroup is None:
-        return {}
-    # OnRootMismatch unless told otherwise: see the field's description (a chown walk of the weights).
-    return {"fsGroup": engine.fsGroup, "fsGroupChangePolicy": engine.fsGroupChangePolicy or "OnRootMismatch"}
-
-
-def _env(profile: profiles.Profile) -> list[dict[str, Any]]:
-    env: list[dict[str, Any]] = [{"name": "HOME", "value": HOME_DIR}]
-    env += [{"name": name, "value": value} for name, value in profile.engine.engine.env(profile.server_settings())]
-    if profile.airgap.offline and profile.multi_node and profile.placement.groupEngine == "kuberay":
-        env.append({"name": "RAY_USAGE_STATS_ENABLED", "value": "0"})  # Ray's own usage report
-    if profile.model.credentialsSecret:
-        env.append(
-            {
-                "name": "HF_TOKEN",
-                "valueFrom": {"secretKeyRef": {"name": profile.model.credentialsSecret, "key": "token"}},
-            }
-        )
-    return env
-
-
-def startup_seconds(profile: profiles.Profile, plan: planner.Plan) -> int:
-    """Seconds a pod may take to load before the startup probe restarts it (the probe allows at least this).
-
-    engine.startupSeconds when given, else the estimate described at STARTUP_FIXED_SECONDS.
-    """
-    if profile.engine.startupSeconds is not None:
-        return profile.engine.startupSeconds
-    weights_gib = plan.weights_gib_per_gpu * profile.gpus_per_pod
-    return math.ceil(STARTUP_FIXED_SECONDS + weights_gib * 1024 / STORAGE_MIB_PER_SECOND)
-
-
-def _probe(path: str, *, timeout: int, failures: int, period: int = PROBE_PERIOD_SECONDS) -> dict[str, Any]:
-    return {
-        "httpGet": {"path": path, "port": "http"},
-        "periodSeconds": period,
-        "timeoutSeconds": timeout,
-        "failureThreshold": failures,
-    }
-
-
-def _affinity(profile: profiles.Profile) -> dict[str, Any]:
-    expressions: list[dict[str, Any]] = []
-    if profile.placement.matchGpuProduct:
-        products = catalog.product_labels(profile.hardware.gpu, profile.hardware.productLabels)
-        if products is None:  # the planner refuses this first; never render the pod without the constraint
-            raise errors.InvalidProfile(planner.product_labels_missing(profile))
-        expressions.append({"key": GPU_PRODUCT_LABEL, "operator": "In", "values": sorted(products)})
-    if profile.nvlink_required:
-        label = profile.placement.nvlinkLabel
-        expressions.append({"key": label.key, "operator": "In", "values": [label.value]})
-    if not expressions:
-        return {}
-    terms = [{"matchExpressions": expressions}]
-    return {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": terms}}}
-
-
-# --- copies that span nodes ------------------------------------------------------------------------
-
-
-def _group(profile: profiles.Profile, strategy: Mapping[str, Any]) -> chart_values.GroupValues:
-    """The group engine's settings; the copies' names come last (_with_copies), from the pod templates."""
-    if not profile.multi_node:
-        return chart_values.GroupValues()
-    serve = profile.engine.engine.command
-    args = _literal_args(profile.engine.engine.args(profile.server_settings()))
-    size = profile.nodes_per_copy
-    if profile.placement.groupEngine == "kuberay":
-        return chart_values.GroupValues(
-            engine="kuberay", size=size, leaderCommand=_ray_head_command(profile, [*serve, *args])
-        )
-    rendezvous = [
-        "--distributed-executor-backend", "mp",
-        "--nnodes", "$(LWS_GROUP_SIZE)",
-        "--node-rank", "$(LWS_WORKER_INDEX)",
-        "--master-addr", "$(LWS_LEADER_ADDRESS)",
-        "--master-port", str(MP_MASTER_PORT),
-    ]  # fmt: skip
-    rolling = strategy.get("rollingUpdate") or {}
-    return chart_values.GroupValues(
-        engine="lws",
-        size=size,
-        leaderCommand=[*serve, *args, *rendezvous],
-        workerCommand=[*serve, *args, *rendezvous, "--headless"],
-        maxSurge=int(rolling.get("maxSurge", 0)),
-        maxUnavailable=int(rolling.get("maxUnavailable", 1)),
-    )
-
-
-def _ray_head_command(profile: profiles.Profile, command: list[str]) -> list[str]:
-    """The Ray head's script: start Ray, wait until every node of the copy joined, then serve.
-
-    vLLM's Ray backend places the tensor- and pipeline-parallel workers on the Ray cluster it finds
-    at start-up, so starting it before the workers joined fails or under-places. A copy whose
-    workers never join ends with a line the rollout watch classifies as `group_incomplete`.
-    """
-    nodes, join = profile.nodes_per_copy, profile.rollout.groupJoinSeconds
-    serve = shlex.join([*command, *RAY_BACKEND_ARGS])
-    count = (
-        'python3 -c \'import ray; ray.init(address="auto", logging_level="ERROR", log_to_driver=False); '
-        'print(sum(1 for n in ray.nodes() if n["Alive"]))\''
-    )
-    script = f"""ulimit -n 65536 || true
-bash -c "$KUBERAY_GEN_RAY_START_CMD" &
-deadline=$((SECONDS + {join}))
-while true; do
-  joined=$({count} 2>/dev/null || echo 0)
-  if [ "$joined" -ge {nodes} ]; then break; fi
-  if [ "$SECONDS" -ge "$deadline" ]; then
-    echo "deployctl: group incomplete: $joined of {nodes} Ray nodes joined within {join}s; vLLM not started" >&2
-    exit 1
-  fi
-  sleep 5
-done
-echo "deployctl: all {nodes} Ray nodes joined; starting vLLM"
-exec {serve}
-"""
-    return ["/bin/bash", "-c", script]
-
-
-# The values that shape a copy's pods: a change to any of them makes new copies (new names).
-_POD_SHAPING = (
-    "engine", "commonLabels", "image", "imagePullSecrets", "server", "model", "resources",
-    "shmSizeLimit", "startupProbe", "readinessProbe", "livenessProbe", "podSecurityContext",
-    "securityContext", "podLabels", "podAnnotations", "nodeSelector", "affinity", "tolerations",
-    "priorityClassName", "runtimeClassName", "terminationGracePeriodSeconds", "group",
-)  # fmt: skip
-# Also pod-shaping, but hashed only when set, so that a release which sets none of them keeps the copy
-# names it had before they existed (a new name restarts every copy).
-_POD_SHAPING_WHEN_SET = ("extraEnv", "envFrom", "extraVolumes", "extraVolumeMounts")
-
-
-def _with_copies(values: chart_values.Values, profile: profiles.Profile) -> chart_values.Values:
-    """Name the group objects and give each copy its affinity. KubeRay copies are named by a hash of
-    the pod templates: an upgrade creates new RayClusters beside the old (or in their place), and a
-    RayCluster's pods are never changed in place, which KubeRay would do one pod at a time."""
-    group = values.group
-    if not group.engine:
-        return values
-    dumped = values.model_dump(mode="json")
-    shaping = {k: dumped[k] for k in _POD_SHAPING} | {k: dumped[k] for k in _POD_SHAPING_WHEN_SET if dumped[k]}
-    digest = hashlib.sha256(json.dumps(shaping, sort_keys=True).encode()).hexdigest()[:8]
-    topology = profile.placement.topologyKey
-    if group.engine == "lws":
-        # One object; LWS names the groups and labels each pod with its group's key.
-        copies = [
-            chart_values.CopyValues(
-                name=values.fullnameOverride, affinity=_copy_affinity(values.affinity, None, topology)
-            )
-        ]
-    else:
-        prefix = _copy_prefix(values.fullnameOverride)
-        names = [f"{prefix}-{digest}-{i}" for i in range(values.replicaCount)]
-        copies = [chart_values.CopyValues(name=n, affinity=_copy_affinity(values.affinity, n, topology)) for n in names]
-    return values.model_copy(update={"group": group.model_copy(update={"copies": copies})})
-
-
-def _copy_prefix(release: str) -> str:
-    return release[:GROUP_NAME_PREFIX_CHARS].rstrip("-")
-
-
-def _copy_affinity(base: Mapping[str, Any], copy: str | None, topology_key: str | None) -> dict[str, Any]:
-    """The node affinity, plus: one pod of a copy per node, and, with a topology key, one domain per copy.
-
-    A copy is named by its label (KubeRay) or, on LWS, by the group key each pod carries
-    (``matchLabelKeys``: the term applies to the pod's own group only).
-    """
-    term: dict[str, Any]
-    if copy is not None:
-        term = {"labelSelector": {"matchLabels": {conventions.COPY_LABEL: copy}}}
-    else:
-        term = {"labelSelector": {"matchExpressions": [{"key": LWS_GROUP_KEY_LABEL, "operator": "Exists"}]},
-                "matchLabelKeys": [LWS_GROUP_KEY_LABEL]}  # fmt: skip
-    affinity = dict(base)
-    affinity["podAntiAffinity"] = {
-        "requiredDuringSchedulingIgnoredDuringExecution": [{**term, "topologyKey": HOSTNAME_TOPOLOGY}]
-    }
-    if topology_key:
-        affinity["podAffinity"] = {
-            "requiredDuringSchedulingIgnoredDuringExecution": [{**term, "topologyKey": topology_key}]
-        }
-    return affinity
-
-
-def _disruption(replicas: int, pods_per_copy: int) -> chart_values.DisruptionValues:
-    # One replica: maxUnavailable 1, since minAvailable 1 would block every node drain for good
-    # (one replica pauses serving on a drain whatever we write). More: minAvailable N-1, so a
-    # drain takes one GPU node's replica at a time and the others keep serving. A copy across
-    # nodes stops serving when any of its pods goes, so a drain takes one pod at a time: at most
-    # one copy is down while it recovers.
-    if replicas == 1 or pods_per_copy > 1:
-        return chart_values.DisruptionValues(maxUnavailable=1)
-    return chart_values.DisruptionValues(minAvailable=replicas - 1, maxUnavailable=0)
-
-
-def _sorted(mapping: Mapping[str, str]) -> dict[str, str]:
-    # Maps from the profile keep the file's key order; sorting makes equal profiles render equally.
-    return dict(sorted(mapping.items()))
-
-
-# --- templates -------------------------------------------------------------------------------------
+    return resolve.values(profile, plan, None).model_dump(mode="json")
 
 
 def render(
-    profile: profiles.Profile, plan: planner.Plan, strategy: Mapping[str, Any] | None = None
+    profile: profiles.Profile, plan: planner.Plan, strategy: Mapping[str, object] | None = None
 ) -> list[dict[str, Any]]:
     """The release's Kubernetes objects in apply order.
 
@@ -408,19 +74,20 @@ def render(
     chose from the cluster's free GPUs; without it, rollout.strategy decides, and "auto" replaces
     one pod at a time, which never hangs.
     """
-    values = _resolve(profile, plan, strategy).model_dump(mode="json")
-    labels = _labels(values)
+    resolved = resolve.values(profile, plan, strategy)
+    values = resolved.model_dump(mode="json")
+    labels = _labels(resolved)
     context = {
         "values": values,
-        "name": values["fullnameOverride"],
+        "name": resolved.fullnameOverride,
         "namespace": profile.metadata.namespace,
         "labels": labels,
-        "selector": _selector(values),
-        "annotations": {PROFILE_HASH_ANNOTATION: values["profileHash"]},
+        "selector": _selector(resolved),
+        "annotations": {PROFILE_HASH_ANNOTATION: resolved.profileHash},
         # Ours last, as in _labels: the selector labels and the profile hash are not overridable.
-        "pod_labels": {**values["podLabels"], **labels},
+        "pod_labels": {**resolved.podLabels, **labels},
         # Not on the pod template: a change to SLOs or gate settings must not restart (and reload) the pods.
-        "pod_annotations": dict(values["podAnnotations"]),
+        "pod_annotations": dict(resolved.podAnnotations),
         "copy_label": conventions.COPY_LABEL,
         "role_label": conventions.GROUP_ROLE_LABEL,
         "ray_overwrite_annotation": RAY_OVERWRITE_CMD_ANNOTATION,
@@ -518,28 +185,28 @@ def _namespace_problems(namespace: str, watch_namespaces: Sequence[str]) -> list
     ]
 
 
-def _labels(values: Mapping[str, Any]) -> dict[str, str]:
+def _labels(values: chart_values.Values) -> dict[str, str]:
     # Ours are set last: a profile label must not change what the selectors match.
     return {
-        **values["commonLabels"],
+        **values.commonLabels,
         **_selector(values),
         "app.kubernetes.io/component": "inference-server",
         "app.kubernetes.io/part-of": "llm-inference",
         conventions.MANAGED_BY_LABEL: MANAGED_BY,
-        "app.kubernetes.io/version": values["engine"]["version"],
-        RELEASE_LABEL: values["fullnameOverride"],
+        "app.kubernetes.io/version": values.engine.version,
+        RELEASE_LABEL: values.fullnameOverride,
     }
 
 
-def _selector(values: Mapping[str, Any]) -> dict[str, str]:
+def _selector(values: chart_values.Values) -> dict[str, str]:
     # Never the version: a Deployment's selector cannot change after creation.
     return {
-        "app.kubernetes.io/name": values["nameOverride"] or CHART_NAME,
-        "app.kubernetes.io/instance": values["fullnameOverride"],
+        "app.kubernetes.io/name": values.nameOverride or CHART_NAME,
+        "app.kubernetes.io/instance": values.fullnameOverride,
     }
 
 
-def _render_template(template: str, context: Mapping[str, Any]) -> list[dict[str, Any]]:
+def _render_template(template: str, context: Mapping[str, object]) -> list[dict[str, Any]]:
     text = _environment().get_template(template).render(context)
     return [doc for doc in yaml.safe_load_all(text) if doc]
 
@@ -557,10 +224,10 @@ def _environment() -> jinja2.Environment:
     return env
 
 
-def _to_json(value: Any) -> str:
+def _to_json(value: object) -> str:
     """The template filter: values go in as JSON, which is YAML, so quoting is never our problem."""
 
-    def not_json(obj: Any) -> Any:
+    def not_json(obj: object) -> NoReturn:
         if isinstance(obj, jinja2.Undefined):
             str(obj)  # StrictUndefined raises UndefinedError here, naming the missing value
         raise TypeError(f"a {type(obj).__name__} cannot go into a manifest")
@@ -627,7 +294,7 @@ def _write(objects: list[dict[str, Any]], out: pathlib.Path) -> list[pathlib.Pat
     names = {obj["metadata"]["name"] for obj in objects}
     # Copies are named by a hash of their templates: an earlier revision's are this release's too.
     releases = {obj["metadata"].get("labels", {}).get(RELEASE_LABEL) for obj in objects} - {None}
-    copies = [re.compile(rf"{re.escape(_copy_prefix(str(r)))}-[0-9a-f]{{8}}-\d+") for r in releases]
+    copies = [re.compile(rf"{re.escape(resolve.copy_prefix(str(r)))}-[0-9a-f]{{8}}-\d+") for r in releases]
     for path in sorted(out.iterdir()):
         match = _FILE_NAME.match(path.name)
         if not match or path in written:
