@@ -25,7 +25,7 @@ import pytest
 import server as realvllm  # e2e/realvllm, put on the path by conftest: stdlib only, runs in any venv
 import yaml
 
-from orchestrator.engines import vllm_args, vllm_help
+from orchestrator.engines import vllm_flags, vllm_help
 from orchestrator.profile import model as profile
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -146,7 +146,7 @@ def test_deployctl_says_at_least_what_vllm_says(n: int, real: dict[str, Any]) ->
 
 
 def test_the_shipped_table_is_the_installed_parsers(real: dict[str, Any]) -> None:
-    fs = vllm_args.flag_set(VERSION)
+    fs = vllm_flags.flag_set(VERSION)
     parser_flags = set(real["options"])
     assert set(fs.flags) == parser_flags, (
         f"only in the table: {sorted(fs.flags - parser_flags)}; only in vLLM: {sorted(parser_flags - fs.flags)}; "
@@ -185,7 +185,7 @@ def test_the_real_help_text_imports_as_the_parsers_table(tmp_path: Path) -> None
     )
     assert done.returncode == 0, done.stderr[-2000:]
     imported = vllm_help.parse(done.stdout, "0.99.0")
-    fs = vllm_args.flag_set(VERSION)
+    fs = vllm_flags.flag_set(VERSION)
     assert set(imported["flags"]) == set(fs.flags)
     assert set(imported["switches"]) == set(fs.switches)
     for opt in imported["options"]:

@@ -24,7 +24,7 @@ from orchestrator import output
 from orchestrator.apply import gitops, pipeline, views
 from orchestrator.cli import app as cli
 from orchestrator.cli import options as cli_options
-from orchestrator.engines import vllm_args
+from orchestrator.engines import vllm_flags
 from orchestrator.errors import ExitCode
 from orchestrator.profile import model as profile
 
@@ -410,7 +410,7 @@ def _documented_variables() -> set[str]:
 
 
 def test_every_variable_docs_cli_names_is_one_deployctl_reads() -> None:
-    honoured = {cli_options.NAMESPACE_ENV, vllm_args.FLAGS_DIR_ENV}  # read directly, not through an option
+    honoured = {cli_options.NAMESPACE_ENV, vllm_flags.FLAGS_DIR_ENV}  # read directly, not through an option
     for _path, cmd in cli_options.walk(cli.main):
         for option in cmd.params:
             if isinstance(option, click.Option) and option.envvar:

@@ -40,7 +40,7 @@ from pydantic import BaseModel
 
 import orchestrator
 from orchestrator import errors
-from orchestrator.engines import vllm_args
+from orchestrator.engines import vllm_flags
 from orchestrator.profile import model as profile
 from orchestrator.render import chart_values
 from orchestrator.render import manifests as render
@@ -543,7 +543,7 @@ class DefaultClaim:
 
 def _flags_of(field: str) -> list[str]:
     """The flags deployctl sets from a profile field (gpuMemoryUtilization), its own spelling first."""
-    flags = [flag for flag, source in vllm_args.reserved_flags().items() if source.endswith(f".{field}")]
+    flags = [flag for flag, source in vllm_flags.reserved_flags().items() if source.endswith(f".{field}")]
     spelled = "--" + re.sub(r"(?<!^)(?=[A-Z])", "-", field).lower()  # gpuMemoryUtilization → --gpu-memory-…
     return sorted(flags, key=lambda flag: flag != spelled)
 
@@ -551,7 +551,7 @@ def _flags_of(field: str) -> list[str]:
 def _version_named(sentence: str) -> str:
     """The vLLM version a sentence names ("vLLM 0.19" → 0.19.0), else the profile's default one."""
     for named in _VERSION.findall(sentence):
-        for version in vllm_args.known_versions():
+        for version in vllm_flags.known_versions():
             if version == named or version.startswith(named + "."):
                 return version
     return profile.DEFAULT_VLLM_VERSION

@@ -19,7 +19,7 @@ import yaml
 
 from orchestrator import engines
 from orchestrator.engines import flags as engine_flags
-from orchestrator.engines import vllm_args
+from orchestrator.engines import vllm_flags
 from orchestrator.plan import planner
 from orchestrator.profile import model as profile
 from orchestrator.render import manifests as render
@@ -214,7 +214,7 @@ def test_every_rendered_flag_exists_in_that_engine_version_and_is_reserved(path:
     ours = [a for a in args[: len(args) - len(prof.engine.extraArgs)] if a.startswith("--")]
     engine = prof.engine.engine
     if engine.kind == "vllm":
-        known = vllm_args.flag_set(prof.engine.engine_version).flags
+        known = vllm_flags.flag_set(prof.engine.engine_version).flags
     else:
         known = engine_flags.flag_set(engine.kind, prof.engine.engine_version).flags
     assert [f for f in ours if f not in known] == []

@@ -10,7 +10,7 @@ import pydantic
 import pytest
 import yaml
 
-from orchestrator.engines import vllm_args
+from orchestrator.engines import vllm_flags
 from orchestrator.profile import model as profile
 
 VERSION = "0.33.0"
@@ -22,15 +22,15 @@ IMAGE = "registry.internal/vllm/vllm-openai@sha256:" + "0" * 64
 
 
 def kinds(args: list[str]) -> list[tuple[str, str]]:
-    return [(p.arg, p.kind) for p in vllm_args.check(args, VERSION)]
+    return [(p.arg, p.kind) for p in vllm_flags.check(args, VERSION)]
 
 
 def test_the_default_profile_version_has_a_flag_list() -> None:
-    assert VERSION in vllm_args.known_versions()
+    assert VERSION in vllm_flags.known_versions()
 
 
 def test_generated_list_has_engine_frontend_and_negated_flags() -> None:
-    fs = vllm_args.flag_set(VERSION)
+    fs = vllm_flags.flag_set(VERSION)
     # Engine args (arg_utils.py), frontend args (cli_args.py), hand-added serve flags and short aliases.
     for flag in [
         "--tensor-parallel-size",
@@ -76,18 +76,18 @@ def test_valid_args_pass_including_values_json_subkeys_underscores_and_optimizat
         "-1",
         "--no-enable-log-requests",
     ]
-    assert vllm_args.check(args, VERSION) == []
+    assert vllm_flags.check(args, VERSION) == []
 
 
 def test_misspelt_flag_gets_a_did_you_mean() -> None:
-    [problem] = vllm_args.check(["--max-model-length", "8192"], "0.33.0")
+    [problem] = vllm_flags.check(["--max-model-length", "8192"], "0.33.0")
     assert problem.kind == "unknown" and problem.index == 0
     assert problem.suggestion == "--max-model-len"
     assert "did you mean --max-model-len" in problem.message
 
 
 def test_flag_without_a_close_match_has_no_suggestion() -> None:
-    [problem] = vllm_args.check(["--zzzz-qqqq"], VERSION)
+    [problem] = vllm_flags.check(["--zzzz-qqqq"], VERSION)
     assert problem.kind == "unknown" and problem.suggestion is None
 
 
@@ -97,12 +97,12 @@ def test_removed_flag_is_unknown() -> None:
 
 
 def test_abbreviation_is_reported_with_the_full_flag() -> None:
-    [problem] = vllm_args.check(["--max-cudagraph-capture", "256"], VERSION)
+    [problem] = vllm_flags.check(["--max-cudagraph-capture", "256"], VERSION)
     assert problem.kind == "abbreviation" and problem.suggestion == "--max-cudagraph-capture-size"
 
 
 def test_value_given_to_a_switch_is_reported() -> None:
-    [problem] = vllm_args.check(["--enforce-eager=true"], VERSION)
+    [problem] = vllm_flags.check(["--enforce-eager=true"], VERSION)
     assert problem.kind == "value-on-switch" and "--no-enforce-eager" in problem.message
 
 
@@ -121,33 +121,33 @@ def test_value_given_to_a_switch_is_reported() -> None:
     ],
 )
 def test_flags_deployctl_renders_are_reserved(arg: str) -> None:
-    [problem] = vllm_args.check([arg], VERSION)
+    [problem] = vllm_flags.check([arg], VERSION)
     assert problem.kind == "reserved"
     assert "engine." in problem.message or "model." in problem.message
 
 
 def test_reserved_flags_are_real_vllm_flags_and_name_a_profile_field() -> None:
-    fs = vllm_args.flag_set(VERSION)
-    for flag, field in vllm_args.reserved_flags().items():
+    fs = vllm_flags.flag_set(VERSION)
+    for flag, field in vllm_flags.reserved_flags().items():
         assert flag in fs.flags, flag
         assert field.startswith(("engine.", "model.", "placement.")), field
 
 
 def test_unknown_version_says_how_to_generate_it() -> None:
     with pytest.raises(KeyError, match=r"deployctl engine-flags import --vllm-version 0\.1\.0"):
-        vllm_args.check([], "0.1.0")
+        vllm_flags.check([], "0.1.0")
 
 
 def test_has_flag_honours_underscores_and_a_later_negation() -> None:
-    assert vllm_args.has_flag(["--enforce_eager"], "--enforce-eager")
-    assert not vllm_args.has_flag(["--enforce-eager", "--no-enforce-eager"], "--enforce-eager")
-    assert not vllm_args.has_flag([], "--enforce-eager")
+    assert vllm_flags.has_flag(["--enforce_eager"], "--enforce-eager")
+    assert not vllm_flags.has_flag(["--enforce-eager", "--no-enforce-eager"], "--enforce-eager")
+    assert not vllm_flags.has_flag([], "--enforce-eager")
 
 
 # --- the tables --------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("version", vllm_args.known_versions())
+@pytest.mark.parametrize("version", vllm_flags.known_versions())
 def test_every_table_has_one_entry_per_option_that_accounts_for_every_flag(version: str) -> None:
     doc = json.loads((DATA / f"{version}.json").read_text())
     assert doc["version"] == version and doc["format"] == 2
@@ -169,11 +169,11 @@ def test_the_installed_versions_table_comes_from_vllms_own_parser() -> None:
     assert dtype["default"] == "auto" and doc["defaults"]["--dtype"] == "auto"
 
 
-@pytest.mark.parametrize("version", vllm_args.known_versions())
+@pytest.mark.parametrize("version", vllm_flags.known_versions())
 def test_no_table_has_a_no_form_of_an_enable_disable_inverse(version: str) -> None:
     # EnableDisableAction (vLLM 0.33) adds --disable-x to --enable-x, but no --no-disable-x; earlier versions
     # have no EnableDisableAction at all, so --enable-x only pairs with --no-enable-x.
-    fs = vllm_args.flag_set(version)
+    fs = vllm_flags.flag_set(version)
     for opt in set(fs.options.values()):
         inverses = {_inverse(n) for n in opt.names} - {None}
         for negation in opt.negations:
@@ -191,17 +191,17 @@ def _inverse(flag: str) -> str | None:
 
 
 def test_the_enable_disable_pairs_of_0_33_have_no_invented_no_forms() -> None:
-    fs = vllm_args.flag_set("0.33.0")
+    fs = vllm_flags.flag_set("0.33.0")
     assert {"--enable-log-requests", "--no-enable-log-requests", "--disable-log-requests"} <= fs.flags
     assert "--no-disable-log-requests" not in fs.flags
     assert {"--disable-sliding-window", "--no-disable-sliding-window", "--enable-sliding-window"} <= fs.flags
     assert "--no-enable-sliding-window" not in fs.flags
     # 0.15.1 declared --disable-log-requests itself (deprecated), so there it has its --no- form.
-    assert "--no-disable-log-requests" in vllm_args.flag_set("0.15.1").flags
+    assert "--no-disable-log-requests" in vllm_flags.flag_set("0.15.1").flags
 
 
 def test_source_read_tables_carry_types_and_choices() -> None:
-    fs = vllm_args.flag_set("0.19.0")
+    fs = vllm_flags.flag_set("0.19.0")
     assert fs.options["--dtype"].choices is not None and "bfloat16" in fs.options["--dtype"].choices
     assert fs.options["--max-num-seqs"].type == "int" and fs.options["--cpu-offload-gb"].type == "float"
     assert fs.options["--compilation-config"].type == "config" and fs.options["--compilation-config"].keys
@@ -226,7 +226,7 @@ def test_the_corpus_is_big_enough_and_explains_every_deliberate_difference() -> 
         assert set(case) <= {"args", "expect", "vllm", "note", "says"}, case
         if "vllm" in case:
             assert case["vllm"] != case["expect"] and case.get("note"), f"say why deployctl differs: {case}"
-    assert CORPUS["version"] in vllm_args.known_versions()
+    assert CORPUS["version"] in vllm_flags.known_versions()
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: " ".join(c["args"])[:40] or "(none)")
@@ -239,7 +239,7 @@ def test_validate_gives_each_corpus_case_its_verdict(case: dict[str, Any]) -> No
 
 @pytest.mark.parametrize("case", [c for c in CASES if c["expect"] == "refuse"], ids=lambda c: " ".join(c["args"])[:40])
 def test_every_refusal_names_the_argument_and_a_fix(case: dict[str, Any]) -> None:
-    problems = vllm_args.check(case["args"], CORPUS["version"])
+    problems = vllm_flags.check(case["args"], CORPUS["version"])
     if not problems:  # --api-key: refused by the profile's own rule
         _, message = validate(case["args"], CORPUS["version"])
         assert "extraArgs" in message and "--api-key" in message
@@ -247,7 +247,7 @@ def test_every_refusal_names_the_argument_and_a_fix(case: dict[str, Any]) -> Non
     fixes = ("write", "set it there", "remove", "did you mean", "choices", "join them", "needs", "drop", "put the")
     for p in problems:
         named = p.arg.split("=", 1)[0].split(".", 1)[0] if p.arg.startswith("--") else p.arg
-        assert named in p.message or vllm_args.normalize(p.arg) in p.message, p
+        assert named in p.message or vllm_flags.normalize(p.arg) in p.message, p
         assert any(f in p.message for f in fixes), p
 
 
@@ -255,13 +255,13 @@ def test_every_refusal_names_the_argument_and_a_fix(case: dict[str, Any]) -> Non
 
 
 def test_a_value_outside_the_choices_lists_them() -> None:
-    [problem] = vllm_args.check(["--dtype", "float7"], VERSION)
+    [problem] = vllm_flags.check(["--dtype", "float7"], VERSION)
     assert problem.kind == "bad-choice"
     assert "auto, bfloat16, float, float16, float32, half" in problem.message
 
 
 def test_a_value_of_the_wrong_type_says_which_type() -> None:
-    [problem] = vllm_args.check(["--block-size", "abc"], VERSION)
+    [problem] = vllm_flags.check(["--block-size", "abc"], VERSION)
     assert problem.kind == "bad-value" and "integer" in problem.message and "'abc'" in problem.message
 
 
@@ -271,7 +271,7 @@ def test_a_flag_without_its_value_is_refused() -> None:
 
 
 def test_a_value_after_a_switch_is_refused_as_vllm_does() -> None:
-    [problem] = vllm_args.check(["--enforce-eager", "yes"], VERSION)
+    [problem] = vllm_flags.check(["--enforce-eager", "yes"], VERSION)
     assert problem.kind == "stray-value" and problem.index == 1
     assert "--no-enforce-eager" in problem.message
 
@@ -282,19 +282,19 @@ def test_auto_tool_choice_needs_a_tool_call_parser() -> None:
 
 
 def test_a_no_form_vllm_never_added_points_at_the_one_it_did() -> None:
-    [problem] = vllm_args.check(["--no-disable-log-requests"], VERSION)
+    [problem] = vllm_flags.check(["--no-disable-log-requests"], VERSION)
     assert problem.kind == "unknown" and problem.suggestion == "--enable-log-requests"
     assert kinds(["--disable-log-requests", "--no-enable-log-requests"]) == []
 
 
 def test_config_json_keys_are_checked_with_a_did_you_mean() -> None:
-    [problem] = vllm_args.check(["--compilation-config.cudagraph_mod", "FULL"], VERSION)
+    [problem] = vllm_flags.check(["--compilation-config.cudagraph_mod", "FULL"], VERSION)
     assert problem.kind == "bad-value" and problem.suggestion == "cudagraph_mode"
     assert kinds(["--compilation-config", '{"cudagraph_capture_sizes": [1, 2], "mode": 3}']) == []
 
 
 def test_a_table_without_a_type_checks_no_value() -> None:
     # A source-read table records null where the source does not pin the type down.
-    fs = vllm_args.flag_set("0.33.0")
+    fs = vllm_flags.flag_set("0.33.0")
     untyped = next(name for name, opt in fs.options.items() if opt.type is None and not opt.switch)
     assert kinds([untyped, "anything"]) == []

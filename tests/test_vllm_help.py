@@ -19,7 +19,7 @@ import click.testing
 import pytest
 
 from orchestrator.cli import app as cli
-from orchestrator.engines import vllm_args, vllm_help
+from orchestrator.engines import vllm_flags, vllm_help
 from orchestrator.errors import ExitCode
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
@@ -152,7 +152,7 @@ def validate(env: dict[str, str], *extra_args: str) -> click.testing.Result:
 
 
 def test_an_imported_table_lets_a_newer_vllm_validate_its_extra_args_offline(tmp_path: pathlib.Path) -> None:
-    env = {vllm_args.FLAGS_DIR_ENV: str(tmp_path / "flags")}
+    env = {vllm_flags.FLAGS_DIR_ENV: str(tmp_path / "flags")}
     before = validate(env, "--enforce-eager")
     assert before.exit_code == ExitCode.INVALID_PROFILE
     assert "no flag list for vLLM 0.34.0" in before.stderr
@@ -177,7 +177,7 @@ def test_an_imported_table_lets_a_newer_vllm_validate_its_extra_args_offline(tmp
 
 
 def test_import_refuses_a_shipped_version_and_text_that_is_no_help(tmp_path: pathlib.Path) -> None:
-    env = {vllm_args.FLAGS_DIR_ENV: str(tmp_path)}
+    env = {vllm_flags.FLAGS_DIR_ENV: str(tmp_path)}
     shipped = run("engine-flags", "import", "--vllm-version", "0.33.0", env=env, input=help_text(SHIPPED))
     assert shipped.exit_code == ExitCode.USAGE and "ships the table of vLLM 0.33.0" in shipped.stderr
     plain = run("engine-flags", "import", "--vllm-version", "0.34.0", env=env, input="usage: vllm serve\n")

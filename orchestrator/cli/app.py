@@ -567,7 +567,7 @@ def version(output_format: str) -> None:
     versions it has flag tables for, and the Kubernetes versions it supports (docs/upgrading.md)."""
     from orchestrator import engines
     from orchestrator.controller import crd
-    from orchestrator.engines import vllm_args
+    from orchestrator.engines import vllm_flags
     from orchestrator.profile import model as profile_mod
     from orchestrator.records import releases
     from orchestrator.render import manifests as render
@@ -579,7 +579,7 @@ def version(output_format: str) -> None:
         # The chart ships with deployctl and carries its version (tests/test_chart.py holds them equal).
         "chart": {"name": render.CHART_NAME, "version": VERSION},
         "default_vllm": profile_mod.DEFAULT_VLLM_VERSION,
-        "vllm_flag_sets": vllm_args.known_versions(),
+        "vllm_flag_sets": vllm_flags.known_versions(),
         "engines": {
             kind: {"default": engine.default_version, "flag_sets": engine.versions()}
             for kind, engine in engines.ENGINES.items()

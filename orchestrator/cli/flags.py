@@ -15,7 +15,7 @@ import click
 
 from orchestrator import errors, output
 from orchestrator.cli import options as cli_options
-from orchestrator.engines import vllm_args, vllm_help
+from orchestrator.engines import vllm_flags, vllm_help
 
 _VERSION = re.compile(r"^\d+(\.\d+){1,3}([.+-][0-9A-Za-z.+-]+)?$")
 
@@ -43,7 +43,7 @@ def import_(help_file: str, version: str) -> None:
     checked."""
     if not _VERSION.match(version):
         raise errors.UsageError(f"--vllm-version {version!r} is not a vLLM version such as 0.34.0")
-    if version in vllm_args.shipped_versions():
+    if version in vllm_flags.shipped_versions():
         raise errors.UsageError(
             f"deployctl ships the table of vLLM {version}, read from vLLM's own parser, and uses it; "
             "an imported one would not be read. Import only versions deployctl lacks"
@@ -54,13 +54,13 @@ def import_(help_file: str, version: str) -> None:
     except vllm_help.HelpProblem as e:
         source = "standard input" if help_file == "-" else help_file
         raise errors.UsageError(f"{source}: {e}") from e
-    target = vllm_args.user_dir() / "vllm" / f"{version}.json"
+    target = vllm_flags.user_dir() / "vllm" / f"{version}.json"
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_text(vllm_help.dumps(doc), encoding="utf-8")
     except OSError as e:
         raise errors.UsageError(
-            f"cannot write {target}: {e.strerror}; set {vllm_args.FLAGS_DIR_ENV} to a writable directory"
+            f"cannot write {target}: {e.strerror}; set {vllm_flags.FLAGS_DIR_ENV} to a writable directory"
         ) from e
     switches = sum(1 for o in doc["options"] if o["switch"])
     click.echo(
@@ -75,14 +75,14 @@ def import_(help_file: str, version: str) -> None:
 @cli_options.handles_errors
 def list_(output_format: str) -> None:
     """The vLLM versions with a flag table: shipped with deployctl, or imported."""
-    shipped = set(vllm_args.shipped_versions())
+    shipped = set(vllm_flags.shipped_versions())
     rows = [
         {
             "engine": "vllm",
             "version": v,
-            "source": "shipped" if v in shipped else str(vllm_args.user_dir() / "vllm" / f"{v}.json"),
+            "source": "shipped" if v in shipped else str(vllm_flags.user_dir() / "vllm" / f"{v}.json"),
         }
-        for v in vllm_args.known_versions()
+        for v in vllm_flags.known_versions()
     ]
     if output_format != "text":
         click.echo(output.emit(rows, output_format))

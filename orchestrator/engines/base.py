@@ -17,7 +17,7 @@ import re
 from collections.abc import Mapping
 from typing import ClassVar
 
-from orchestrator.engines import startup_log, vllm_args
+from orchestrator.engines import flag_table, startup_log
 
 # The profile's KV-cache dtypes (engine.kvCacheDtype); each engine maps the ones it honours to its value.
 KV_CACHE_DTYPES = ("auto", "fp8", "fp8_e4m3", "fp8_e5m2")
@@ -158,7 +158,7 @@ class Engine(abc.ABC):
 
         return flags.known_versions(self.kind)
 
-    def check_extra_args(self, extra_args: list[str], version: str) -> list[vllm_args.Problem]:
+    def check_extra_args(self, extra_args: list[str], version: str) -> list[flag_table.Problem]:
         """Problems with ``extra_args`` for this engine at ``version``; none: its parser accepts them."""
         from orchestrator.engines import flags
 

@@ -11,7 +11,7 @@ import re
 from collections.abc import Mapping
 from typing import ClassVar
 
-from orchestrator.engines import startup_log, vllm_args
+from orchestrator.engines import flag_table, startup_log, vllm_flags
 from orchestrator.engines.base import CrashClass, Engine, KvBudget, MemoryInputs, ServerSettings
 
 # vLLM prints the same lines on GPU and CPU builds (vllm/v1/core/kv_cache_utils.py, gpu_model_runner.py):
@@ -45,7 +45,7 @@ class Vllm(Engine):
         "fp8_e4m3": "fp8_e4m3",
         "fp8_e5m2": "fp8_e5m2",
     }
-    reserved: ClassVar[Mapping[str, str]] = vllm_args.reserved_flags()
+    reserved: ClassVar[Mapping[str, str]] = vllm_flags.reserved_flags()
     memory_source = "vllm/v1/worker/gpu_worker.py determine_available_memory"
     crash_classes = (
         CrashClass(
@@ -111,10 +111,10 @@ class Vllm(Engine):
         )
 
     def versions(self) -> list[str]:
-        return vllm_args.known_versions()
+        return vllm_flags.known_versions()
 
-    def check_extra_args(self, extra_args: list[str], version: str) -> list[vllm_args.Problem]:
-        return vllm_args.check(extra_args, version)
+    def check_extra_args(self, extra_args: list[str], version: str) -> list[flag_table.Problem]:
+        return vllm_flags.check(extra_args, version)
 
     def parse_startup(self, pod: str, text: str) -> startup_log.Observation | None:
         kv = _KV.search(text)

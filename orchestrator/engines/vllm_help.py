@@ -2,7 +2,7 @@
 
 deployctl ships tables for the vLLM versions it knows (orchestrator/data/vllm_flags/). For a newer one,
 ``deployctl engine-flags import`` reads the help text that version prints inside the user's own image
-and writes a table to the user's flags directory (:func:`orchestrator.engines.vllm_args.user_dir`), where the
+and writes a table to the user's flags directory (:func:`orchestrator.engines.vllm_flags.user_dir`), where the
 check of ``engine.extraArgs`` finds it. argparse's help shows each option's strings, whether it takes
 a value and how many (``X``, ``[X]``, ``X [X ...]``), its choices (``{a,b}``) and its default, so an
 imported table checks flag names, switches and their ``--no-``/``--disable-`` forms, arity and
@@ -28,7 +28,7 @@ NOTES = (
     "keys: the only top-level keys a config flag's JSON may have. defaults repeats each option's default by "
     "its first name."
 )
-# What a value of each kind is, for the table's readers (orchestrator/engines/vllm_args.py checks them).
+# What a value of each kind is, for the table's readers (orchestrator/engines/vllm_flags.py checks them).
 KINDS = {
     "bool": "a switch",
     "int": "int()",

@@ -36,7 +36,7 @@ from typing import Any, Literal
 
 from orchestrator import engines, errors
 from orchestrator.catalog import lookup as catalog
-from orchestrator.engines import vllm_args
+from orchestrator.engines import vllm_flags
 from orchestrator.plan import layout
 from orchestrator.profile import model as profile_schema
 from orchestrator.profile import user_files
@@ -411,7 +411,7 @@ def _cuda_graphs_reserved(profile: profile_schema.Profile) -> bool:
     eng = profile.engine
     if eng.kind != "vllm":
         return True
-    eager = vllm_args.has_flag(eng.extraArgs, "--enforce-eager")
+    eager = vllm_flags.has_flag(eng.extraArgs, "--enforce-eager")
     return _version(eng.engine_version) >= CUDA_GRAPHS_RESERVED_SINCE and not eager
 
 

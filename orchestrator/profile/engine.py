@@ -12,7 +12,7 @@ import pydantic
 from pydantic import Field
 
 from orchestrator import engines
-from orchestrator.engines import vllm_args
+from orchestrator.engines import vllm_flags
 from orchestrator.profile import base as profile_base
 from orchestrator.profile import pod as profile_pod
 
@@ -164,7 +164,7 @@ class EngineSpec(profile_base.Model):
     def _known_flags(cls, v: list[str], info: pydantic.ValidationInfo) -> list[str]:
         if not v:
             return v
-        secret = next((a for a in v if vllm_args.normalize(a) == "--api-key"), None)  # also --api_key
+        secret = next((a for a in v if vllm_flags.normalize(a) == "--api-key"), None)  # also --api_key
         if secret is not None:
             raise ValueError(
                 "--api-key in extraArgs would put a secret into the profile and the release records; vLLM reads the "
@@ -179,7 +179,7 @@ class EngineSpec(profile_base.Model):
         known = engine.versions()
         if version not in known:
             how = (
-                vllm_args.how_to_add(version)
+                vllm_flags.how_to_add(version)
                 if engine.kind == "vllm"
                 else f"generate one with scripts/gen_engine_flags.py {engine.kind} {version}"
             )
