@@ -91,6 +91,9 @@ class Check(abc.ABC):
     # Whether a value no flag takes leaves the flag before it in force (argparse's positional after a
     # model) or not, for the next stray value's message.
     stray_keeps_after: ClassVar[bool] = False
+    # What a value no flag takes is, by what came before it: a switch, a flag with its values, or no flag.
+    # Each is formatted with the value, the flag before it, the label, and the fix for a switch.
+    stray_messages: ClassVar[tuple[str, str, str]]
 
     def __init__(self, args: list[str], fs: FlagSet, label: str, reserved: Mapping[str, str]) -> None:
         self.args = args
@@ -122,12 +125,24 @@ class Check(abc.ABC):
         """Check a flag and the values it took."""
 
     @abc.abstractmethod
-    def stray(self, tok: Token, after: Option | None) -> None:
-        """Report a value no flag takes; ``after`` is the flag before it."""
-
-    @abc.abstractmethod
     def missing(self, tok: Token, match: Match) -> int:
         """Report a flag short of values; returns how many more arguments the report covers."""
+
+    def switch_fix(self, opt: Option) -> str:
+        """How to write switch ``opt`` instead of giving it a value."""
+        off = opt.negations[0] if opt.negations else None
+        return f"write {opt.name} alone to switch it on" + (f" or {off} to switch it off" if off else "")
+
+    def stray(self, tok: Token, after: Option | None) -> None:
+        """Report a value no flag takes; ``after`` is the flag before it."""
+        value = self.args[tok.index]
+        if after is None:
+            template, flag, fix = self.stray_messages[2], "", ""
+        else:
+            template = self.stray_messages[0 if after.switch else 1]
+            flag, fix = after.name, self.switch_fix(after) if after.switch else ""
+        message = template.format(value=value, flag=flag, label=self.label, fix=fix)
+        self.problem(tok.index, "stray-value", message)
 
     def needs_values(self, match: Match) -> bool:
         """Whether a flag short of values is reported as such (not when another report covers it)."""

@@ -109,6 +109,14 @@ class _Check(extra_args.Check):
 
     kind_words: ClassVar[Mapping[str, str]] = {"int": "an integer", "float": "a number", "json": "JSON"}
     examples: ClassVar[Mapping[str, str]] = {"int": "16", "float": "0.5", "json": "'{}'", "str": "VALUE"}
+    stray_messages = (
+        "{value!r} follows {flag}, which takes no value, so {label} reads it as a positional argument and refuses "
+        "it; {fix}",
+        "{value!r} is one value too many for {flag}, so {label} reads it as a positional argument and refuses it; "
+        "remove it, or repeat the flag if you meant another setting",
+        "{value!r} is a positional argument, which {label} refuses here (deployctl passes the model itself); put "
+        "the flag it belongs to in front of it, or remove it",
+    )
 
     def __init__(self, args: list[str], engine: str, table: _Table, reserved: Mapping[str, str]) -> None:
         super().__init__(args, table.fs, f"{_TITLES[engine]} {table.fs.version}", reserved)
@@ -280,27 +288,6 @@ class _Check(extra_args.Check):
             f"and none follows; {fix}",
         )
         return 1 if clap_number else 0  # the number the message says to join: one report is enough
-
-    def stray(self, tok: extra_args.Token, after: Option | None) -> None:
-        value = tok.text
-        if after is not None and after.switch:
-            off = after.negations[0] if after.negations else None
-            fix = f"write {after.name} alone to switch it on" + (f" or {off} to switch it off" if off else "")
-            msg = (
-                f"{value!r} follows {after.name}, which takes no value, so {self.label} reads it as a positional "
-                f"argument and refuses it; {fix}"
-            )
-        elif after is not None:
-            msg = (
-                f"{value!r} is one value too many for {after.name}, so {self.label} reads it as a positional argument "
-                "and refuses it; remove it, or repeat the flag if you meant another setting"
-            )
-        else:
-            msg = (
-                f"{value!r} is a positional argument, which {self.label} refuses here (deployctl passes the model "
-                "itself); put the flag it belongs to in front of it, or remove it"
-            )
-        self.problem(tok.index, "stray-value", msg)
 
 
 def _convert(kind: str | None, raw: str) -> Json:

@@ -27,6 +27,14 @@ class VllmCheck(extra_args.Check):
     kind_words: ClassVar[Mapping[str, str]] = vllm_values.KIND_WORDS
     examples: ClassVar[Mapping[str, str]] = vllm_values.EXAMPLES
     stray_keeps_after = True  # argparse keeps reading options after a stray value
+    stray_messages = (
+        "{value!r} follows {flag}, which takes no value, so vLLM reads it as a second model argument and refuses "
+        "it (unrecognized arguments: {value}); {fix}",
+        "{value!r} is one value too many for {flag}, which takes one; vLLM refuses it (unrecognized arguments: "
+        "{value}); remove it, or repeat the flag if you meant another setting",
+        "{value!r} is a value with no flag before it; vLLM refuses it (unrecognized arguments: {value}); put the "
+        "flag it belongs to in front of it",
+    )
 
     def __init__(self, args: list[str], fs: FlagSet, reserved: Mapping[str, str]) -> None:
         super().__init__(args, fs, f"vLLM {fs.version}", reserved)
@@ -282,26 +290,9 @@ class VllmCheck(extra_args.Check):
         )
         return 0
 
-    def stray(self, tok: Token, after: Option | None) -> None:
-        value = self.args[tok.index]
-        if after is not None and after.nargs == 0:
-            off = next((s for s in after.negations if s.startswith("--no-")), None)
-            fix = f"write {after.name} alone to switch it on" + (f", {off} to switch it off" if off else "")
-            msg = (
-                f"{value!r} follows {after.name}, which takes no value, so vLLM reads it as a second model "
-                f"argument and refuses it (unrecognized arguments: {value}); {fix}"
-            )
-        elif after is not None:
-            msg = (
-                f"{value!r} is one value too many for {after.name}, which takes one; vLLM refuses it "
-                f"(unrecognized arguments: {value}); remove it, or repeat the flag if you meant another setting"
-            )
-        else:
-            msg = (
-                f"{value!r} is a value with no flag before it; vLLM refuses it (unrecognized arguments: "
-                f"{value}); put the flag it belongs to in front of it"
-            )
-        self.problem(tok.index, "stray-value", msg)
+    def switch_fix(self, opt: Option) -> str:
+        off = next((s for s in opt.negations if s.startswith("--no-")), None)
+        return f"write {opt.name} alone to switch it on" + (f", {off} to switch it off" if off else "")
 
     # --- validate_parsed_serve_args --------------------------------------------------------------------------
 
