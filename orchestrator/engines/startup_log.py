@@ -23,10 +23,10 @@ class Observation:
     pod: str
     device: str | None  # GPU, CPU, …: where the engine says its KV cache lives, when it says so
     kv_cache_tokens: int | None
-    max_model_len: int | None  # the sequence length the engine states its concurrency for
-    max_concurrency: float | None
-    weights_gib: float | None  # the largest rank's, when several ranks log
-    load_seconds: float | None
+    max_model_len: int | None = None  # the sequence length the engine states its concurrency for
+    max_concurrency: float | None = None
+    weights_gib: float | None = None  # the largest rank's, when several ranks log
+    load_seconds: float | None = None
 
     def to_json(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
