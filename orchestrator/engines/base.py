@@ -85,6 +85,12 @@ class CrashClass:
     fix: str
 
 
+def kv_dtypes(**spelled: str) -> dict[str, str]:
+    """The profile's KV-cache dtypes under the engine's own names: each as the profile writes it, but those
+    in ``spelled`` (an empty name: the engine's default, no flag)."""
+    return {dtype: spelled.get(dtype, dtype) for dtype in KV_CACHE_DTYPES}
+
+
 def bind_flags(host: str) -> dict[str, str]:
     """The reserved entries of the address flags every engine's args() end with: ``host`` and --port."""
     return {host: BIND_FIELD, "--port": "engine.port"}

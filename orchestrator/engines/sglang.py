@@ -48,12 +48,7 @@ class Sglang(base.Engine):
     probe_path = "/ready"
     memory_flag = "--mem-fraction-static"
     block_size = 1
-    kv_cache_dtypes: ClassVar[Mapping[str, str]] = {
-        "auto": "auto",
-        "fp8": "fp8_e4m3",
-        "fp8_e4m3": "fp8_e4m3",
-        "fp8_e5m2": "fp8_e5m2",
-    }
+    kv_cache_dtypes: ClassVar[Mapping[str, str]] = base.kv_dtypes(fp8="fp8_e4m3")
     reserved: ClassVar[Mapping[str, str]] = {
         "--model-path": "model.source (the weights path)",
         "--model": "model.source (the weights path)",

@@ -43,12 +43,7 @@ class Tgi(base.Engine):
     default_version = "3.3.7"
     memory_flag = "--cuda-memory-fraction"
     block_size = 1
-    kv_cache_dtypes: ClassVar[Mapping[str, str]] = {
-        "fp8": "fp8_e4m3fn",
-        "fp8_e4m3": "fp8_e4m3fn",
-        "fp8_e5m2": "fp8_e5m2",
-        "auto": "",
-    }
+    kv_cache_dtypes: ClassVar[Mapping[str, str]] = base.kv_dtypes(auto="", fp8="fp8_e4m3fn", fp8_e4m3="fp8_e4m3fn")
     reserved: ClassVar[Mapping[str, str]] = {
         "--model-id": "model.source (the weights path)",
         "--num-shard": "engine.tensorParallelSize",

@@ -37,12 +37,7 @@ class Vllm(base.Engine):
     memory_flag = "--gpu-memory-utilization"
     block_size = 16
     offline_env = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "VLLM_NO_USAGE_STATS", "DO_NOT_TRACK")
-    kv_cache_dtypes: ClassVar[Mapping[str, str]] = {
-        "auto": "auto",
-        "fp8": "fp8",
-        "fp8_e4m3": "fp8_e4m3",
-        "fp8_e5m2": "fp8_e5m2",
-    }
+    kv_cache_dtypes: ClassVar[Mapping[str, str]] = base.kv_dtypes()
     reserved: ClassVar[Mapping[str, str]] = vllm_flags.reserved_flags()
     memory_source = "vllm/v1/worker/gpu_worker.py determine_available_memory"
     crash_classes = (
