@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping
-from typing import ClassVar
+from typing import ClassVar, Literal
 
 from orchestrator.engines import extra_args, vllm_rules, vllm_values
 from orchestrator.engines.extra_args import Match, Token
@@ -19,6 +19,9 @@ from orchestrator.engines.flag_table import FlagSet, Json, Option
 
 # argparse's test for a negative number; vLLM has no option that looks like one, so these are values.
 _NEGATIVE_NUMBER = re.compile(r"^-\d+$|^-\d*\.\d+$")
+# argparse's reading of one argument before it matches any: a flag, one it does not know, one already
+# reported ("skip"), or None for a value.
+_Resolved = Match | Literal["unknown", "skip"] | None
 
 
 class VllmCheck(extra_args.Check):
@@ -41,7 +44,7 @@ class VllmCheck(extra_args.Check):
         self.values: dict[str, Json] = {}  # dest → value, as argparse's namespace would hold it
         self.where: dict[str, int] = {}  # dest → the extraArgs index that set it
         self.abbreviated: set[int] = set()  # tokens (by id) reported as an abbreviation of a reserved flag
-        self.resolved: list[Match | str | None] = []  # per token: None for a value
+        self.resolved: list[_Resolved] = []  # per token
 
     def run(self) -> None:
         """Rewrite, parse, then (when the arguments parse) the serve rules."""
@@ -137,7 +140,7 @@ class VllmCheck(extra_args.Check):
             self._unknown(self.tokens[n])
         return "skip"
 
-    def _resolve(self, tok: Token) -> Match | str | None:
+    def _resolve(self, tok: Token) -> _Resolved:
         """argparse's _parse_optional: None for a value, "unknown", "skip" (reported), or the flag."""
         text = tok.text
         if not text.startswith("-") or len(text) == 1 or tok.dotted:
