@@ -15,6 +15,7 @@ import yaml
 from orchestrator import engines
 from orchestrator.apply import rollout, verify
 from orchestrator.cli import app as cli
+from orchestrator.engines import base
 from orchestrator.errors import ExitCode
 from orchestrator.gate import workload
 from orchestrator.plan import planner
@@ -324,3 +325,40 @@ def test_sglangs_rule_lands_within_two_percent_of_a_published_kv_pool() -> None:
     }
     plan = planner.plan(profile.loads(json.dumps(doc)))
     assert plan.kv_cache_tokens / 367_404 - 1 == pytest.approx(0, abs=0.02), plan.kv_cache_tokens
+
+
+def _settings(**changes: Any) -> engines.ServerSettings:
+    fields: dict[str, Any] = {
+        "model_path": "/models/m",
+        "served_name": "m",
+        "port": 8000,
+        "tensor_parallel": 1,
+        "pipeline_parallel": 1,
+        "max_model_len": 4096,
+        "max_num_seqs": 8,
+        "max_batched_tokens": None,
+        "kv_cache_dtype": "auto",
+        "memory_fraction": 0.9,
+        "prefix_caching": True,
+    }
+    return engines.ServerSettings(**{**fields, **changes})
+
+
+def test_kv_dtypes_keep_the_profiles_names_but_those_spelled_otherwise() -> None:
+    assert base.kv_dtypes() == {d: d for d in engines.KV_CACHE_DTYPES}
+    assert base.kv_dtypes(auto="", fp8="fp8_e4m3")["fp8"] == "fp8_e4m3"
+    assert base.kv_dtypes(auto="")["auto"] == ""
+
+
+def test_tuning_flags_write_the_batched_budget_only_when_set_and_the_kv_dtype_unless_auto() -> None:
+    assert engines.VLLM.tuning_flags(_settings(), "--batched") == []
+    assert engines.SGLANG.tuning_flags(_settings(max_batched_tokens=512, kv_cache_dtype="fp8"), "--batched") == [
+        "--batched", "512", "--kv-cache-dtype", "fp8_e4m3",
+    ]  # fmt: skip
+
+
+def test_an_engine_on_one_node_refuses_a_copy_across_nodes_after_its_field_refusals() -> None:
+    assert engines.VLLM.single_node is None and engines.VLLM.refusals(_settings(multi_node=True)) == []
+    for engine in (engines.TGI, engines.TRTLLM, engines.SGLANG):
+        found = engine.refusals(_settings(multi_node=True, pipeline_parallel=2, prefix_caching=False))
+        assert found[-1] == engines.Refusal("placement.nodesPerCopy", engine.single_node or ""), engine.kind

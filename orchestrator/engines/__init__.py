@@ -3,6 +3,10 @@
 from orchestrator import engines
 engine = engines.get(profile.engine.kind)
 engine.args(settings), engine.health_path, engine.kv_budget(memory), engine.parse_startup(pod, log)
+
+``engine.check_extra_args(args, version)`` reads a profile's extraArgs with the one engine-neutral reader
+(``extra_args``, over the table shape of ``flag_table``): vLLM's tables and reading in ``vllm_flags``
+(``vllm_args``, ``vllm_values``, ``vllm_rules``), the other engines' in ``flags``.
 """
 
 from __future__ import annotations

@@ -17,10 +17,13 @@ import re
 from collections.abc import Mapping
 from typing import ClassVar
 
-from orchestrator.engines import startup_log, vllm_flags
+from orchestrator.engines import flag_table, startup_log
 
 # The profile's KV-cache dtypes (engine.kvCacheDtype); each engine maps the ones it honours to its value.
 KV_CACHE_DTYPES = ("auto", "fp8", "fp8_e4m3", "fp8_e5m2")
+# What keeps a Hugging Face-based server off the network: the model hub, and telemetry.
+HF_OFFLINE_ENV = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "DO_NOT_TRACK")
+BIND_FIELD = "engine.port (deployctl binds all interfaces inside the pod)"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -82,6 +85,27 @@ class CrashClass:
     fix: str
 
 
+def kv_dtypes(**spelled: str) -> dict[str, str]:
+    """The profile's KV-cache dtypes under the engine's own names: each as the profile writes it, but those
+    in ``spelled`` (an empty name: the engine's default, no flag)."""
+    return {dtype: spelled.get(dtype, dtype) for dtype in KV_CACHE_DTYPES}
+
+
+def bind_flags(host: str) -> dict[str, str]:
+    """The reserved entries of the address flags every engine's args() end with: ``host`` and --port."""
+    return {host: BIND_FIELD, "--port": "engine.port"}
+
+
+def args_refused(pattern: str, who: str, title: str) -> CrashClass:
+    """The crash class of a server that refused its command line (``pattern``: its parser's error line)."""
+    return CrashClass(
+        "engine_args",
+        re.compile(pattern),
+        f"{who} refused its command line (the log says which argument): check engine.extraArgs and that the "
+        f"image runs the {title} of engine.version, whose flags `deployctl validate` checked",
+    )
+
+
 class Engine(abc.ABC):
     """One serving engine. Subclasses fill the class attributes and the abstract methods."""
 
@@ -92,14 +116,14 @@ class Engine(abc.ABC):
     # The path that answers 200 only once the model is loaded and the server generates: deployctl's
     # health gate asks it. The kubelet's probes ask ``probe_path``, which must be cheap (it is asked
     # every few seconds under load) and answer 200 only once the model is loaded.
-    health_path: ClassVar[str]
-    probe_path: ClassVar[str]
+    health_path: ClassVar[str] = "/health"
+    probe_path: ClassVar[str] = "/health"
     # Where the engine serves Prometheus metrics, on the API port (what a PodMonitor scrapes).
     metrics_path: ClassVar[str] = "/metrics"
     memory_flag: ClassVar[str]  # the flag engine.gpuMemoryUtilization becomes
     block_size: ClassVar[int]  # tokens per KV-cache block (page) by default
     # Environment that keeps the engine from reaching the network (telemetry, the model hub).
-    offline_env: ClassVar[tuple[str, ...]]
+    offline_env: ClassVar[tuple[str, ...]] = HF_OFFLINE_ENV
     # The profile's kvCacheDtype values this engine honours, each with the value its flag takes.
     kv_cache_dtypes: ClassVar[Mapping[str, str]]
     # Flags deployctl renders itself, each with the profile field that sets it.
@@ -109,6 +133,8 @@ class Engine(abc.ABC):
     # names; TGI reads either but refuses a request with both, TensorRT-LLM refuses the newer name.
     output_limit_fields: ClassVar[tuple[str, ...]] = ("max_tokens", "max_completion_tokens")
     memory_source: ClassVar[str]  # where the memory rule below comes from (file and function)
+    # Why the engine refuses a copy across nodes (None: it runs one).
+    single_node: ClassVar[str | None] = None
 
     @abc.abstractmethod
     def args(self, s: ServerSettings) -> list[str]:
@@ -141,6 +167,13 @@ class Engine(abc.ABC):
 
     def refusals(self, s: ServerSettings) -> list[Refusal]:
         """The fields of ``s`` this engine cannot honour; never silently dropped."""
+        out = self.field_refusals(s)
+        if s.multi_node and self.single_node is not None:
+            out.append(Refusal("placement.nodesPerCopy", self.single_node))
+        return out
+
+    def field_refusals(self, s: ServerSettings) -> list[Refusal]:
+        """The serving fields of ``s`` this engine cannot honour (the KV-cache dtype, by default)."""
         out = []
         if s.kv_cache_dtype not in self.kv_cache_dtypes:
             honoured = ", ".join(sorted(self.kv_cache_dtypes))
@@ -152,13 +185,21 @@ class Engine(abc.ABC):
             )
         return out
 
+    def tuning_flags(self, s: ServerSettings, batched_flag: str) -> list[str]:
+        """The batched-token budget when the profile sets it, then the KV-cache dtype unless auto, in the
+        engine's spelling: what vLLM, SGLang and TGI each write after their sequence limits."""
+        out = [batched_flag, str(s.max_batched_tokens)] if s.max_batched_tokens is not None else []
+        if s.kv_cache_dtype != "auto":
+            out += ["--kv-cache-dtype", self.kv_cache_dtypes[s.kv_cache_dtype]]
+        return out
+
     def versions(self) -> list[str]:
         """The versions with a flag table, oldest first."""
         from orchestrator.engines import flags
 
         return flags.known_versions(self.kind)
 
-    def check_extra_args(self, extra_args: list[str], version: str) -> list[vllm_flags.Problem]:
+    def check_extra_args(self, extra_args: list[str], version: str) -> list[flag_table.Problem]:
         """Problems with ``extra_args`` for this engine at ``version``; none: its parser accepts them."""
         from orchestrator.engines import flags
 

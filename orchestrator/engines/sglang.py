@@ -28,8 +28,7 @@ import re
 from collections.abc import Mapping
 from typing import ClassVar
 
-from orchestrator.engines import startup_log
-from orchestrator.engines.base import CrashClass, Engine, KvBudget, MemoryInputs, Refusal, ServerSettings
+from orchestrator.engines import base, startup_log
 
 _KV = re.compile(r"KV Cache is allocated\..*?#tokens: (\d+)")
 _SCHEDULER = re.compile(r"max_total_num_tokens=(\d+),.*?context_len=(\d+)")
@@ -41,22 +40,15 @@ _CHUNKED_PREFILL_BY_GIB = ((20, 2048), (60, 4096), (160, 8192))
 _CHUNKED_PREFILL_LARGEST = 16384
 
 
-class Sglang(Engine):
+class Sglang(base.Engine):
     kind = "sglang"
     title = "SGLang"
     command = ("python3", "-m", "sglang.launch_server")
     default_version = "0.5.23"
-    health_path = "/health"
     probe_path = "/ready"
     memory_flag = "--mem-fraction-static"
     block_size = 1
-    offline_env = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "DO_NOT_TRACK")
-    kv_cache_dtypes: ClassVar[Mapping[str, str]] = {
-        "auto": "auto",
-        "fp8": "fp8_e4m3",
-        "fp8_e4m3": "fp8_e4m3",
-        "fp8_e5m2": "fp8_e5m2",
-    }
+    kv_cache_dtypes: ClassVar[Mapping[str, str]] = base.kv_dtypes(fp8="fp8_e4m3")
     reserved: ClassVar[Mapping[str, str]] = {
         "--model-path": "model.source (the weights path)",
         "--model": "model.source (the weights path)",
@@ -73,27 +65,27 @@ class Sglang(Engine):
         "--mem-fraction-static": "engine.gpuMemoryUtilization",
         "--disable-radix-cache": "engine.enablePrefixCaching",
         "--enable-metrics": "always on (deployctl renders it so /metrics exists, as on the other engines)",
-        "--host": "engine.port (deployctl binds all interfaces inside the pod)",
-        "--port": "engine.port",
+        **base.bind_flags("--host"),
         "--nnodes": "placement.nodesPerCopy",
         "--node-rank": "placement.nodesPerCopy",
         "--dist-init-addr": "placement.nodesPerCopy",
     }
     memory_source = "sglang/srt/mem_cache/kv_cache_configurator.py _profile_available_bytes"
+    single_node = (
+        "deployctl runs SGLang copies on one node only (SGLang's own --nnodes rendezvous is not rendered yet); "
+        "fit the copy on one node's GPUs, or use vLLM for copies across nodes"
+    )
     crash_classes = (
-        CrashClass(
-            "engine_args",
-            re.compile(r"error: unrecognized arguments:|error: ambiguous option:|error: argument --[\w-]+:"),
-            "SGLang refused its command line (the log says which argument): check engine.extraArgs and that the "
-            "image runs the SGLang of engine.version, whose flags `deployctl validate` checked",
+        base.args_refused(
+            r"error: unrecognized arguments:|error: ambiguous option:|error: argument --[\w-]+:", "SGLang", "SGLang"
         ),
-        CrashClass(
+        base.CrashClass(
             "max_model_len",
             re.compile(r"is greater than the derived context_length"),
             "engine.maxModelLen is above what the model supports (max_position_embeddings in its config.json): "
             "lower it, or check that model.architecture or model.config describes the weights the pod loads",
         ),
-        CrashClass(
+        base.CrashClass(
             "kv_cache",
             re.compile(
                 r"Loaded weights leave no GPU memory for the KV cache|Not enough memory\. Please try to increase "
@@ -103,13 +95,13 @@ class Sglang(Engine):
             "engine.gpuMemoryUtilization (SGLang's --mem-fraction-static), use kvCacheDtype fp8 or raise "
             "tensorParallelSize (run `deployctl plan` for the numbers)",
         ),
-        CrashClass(
+        base.CrashClass(
             "oom",
             re.compile(r"Capture cuda graph failed"),
             "SGLang ran out of memory capturing CUDA graphs outside its static memory: lower "
             "engine.gpuMemoryUtilization (SGLang's --mem-fraction-static) to leave more room, or lower maxNumSeqs",
         ),
-        CrashClass(
+        base.CrashClass(
             "model_path",
             re.compile(
                 r"are not supported for now\. Supported architectures|Invalid repository ID or local directory|"
@@ -122,7 +114,7 @@ class Sglang(Engine):
         ),
     )
 
-    def args(self, s: ServerSettings) -> list[str]:
+    def args(self, s: base.ServerSettings) -> list[str]:
         args = [
             "--model-path", s.model_path,
             "--served-model-name", s.served_name,
@@ -131,10 +123,7 @@ class Sglang(Engine):
         if s.pipeline_parallel > 1:
             args += ["--pp-size", str(s.pipeline_parallel)]
         args += ["--context-length", str(s.max_model_len), "--max-running-requests", str(s.max_num_seqs)]
-        if s.max_batched_tokens is not None:
-            args += ["--chunked-prefill-size", str(s.max_batched_tokens)]
-        if s.kv_cache_dtype != "auto":
-            args += ["--kv-cache-dtype", self.kv_cache_dtypes[s.kv_cache_dtype]]
+        args += self.tuning_flags(s, "--chunked-prefill-size")
         args += ["--mem-fraction-static", str(s.memory_fraction)]
         if not s.prefix_caching:
             args.append("--disable-radix-cache")
@@ -149,36 +138,28 @@ class Sglang(Engine):
                 return size
         return _CHUNKED_PREFILL_LARGEST
 
-    def refusals(self, s: ServerSettings) -> list[Refusal]:
-        out = super().refusals(s)
+    def field_refusals(self, s: base.ServerSettings) -> list[base.Refusal]:
+        out = super().field_refusals(s)
         if ":" in s.served_name:
             out.append(
-                Refusal(
+                base.Refusal(
                     "model.name",
                     f"SGLang refuses a served model name with ':' ({s.served_name!r}): it reads 'model:adapter' as "
                     "a LoRA adapter; rename it without ':'",
                 )
             )
-        if s.multi_node:
-            out.append(
-                Refusal(
-                    "placement.nodesPerCopy",
-                    "deployctl runs SGLang copies on one node only (SGLang's own --nnodes rendezvous is not "
-                    "rendered yet); fit the copy on one node's GPUs, or use vLLM for copies across nodes",
-                )
-            )
         return out
 
-    def kv_budget(self, m: MemoryInputs) -> KvBudget:
+    def kv_budget(self, m: base.MemoryInputs) -> base.KvBudget:
         # The fraction is of the memory free before the weights load: the GPU less the CUDA context.
         budget = (m.total - m.non_torch) * m.fraction
-        return KvBudget(
+        return base.KvBudget(
             budget=budget,
             kv=budget - m.weights,
             formula="(total − CUDA context) × mem-fraction-static − weights; activations and CUDA graphs use the rest",
         )
 
-    def memory_warnings(self, m: MemoryInputs, kv: KvBudget) -> list[str]:
+    def memory_warnings(self, m: base.MemoryInputs, kv: base.KvBudget) -> list[str]:
         outside = m.total - kv.budget
         needed = m.activation + m.cuda_graphs + m.non_torch
         if needed <= outside:

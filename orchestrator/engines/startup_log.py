@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterable, Mapping
-from typing import Any
 
 KV_TOLERANCE = 0.10  # the planner is held to ±4.5 % on published logs; 10 % means the plan is wrong
 
@@ -23,12 +22,12 @@ class Observation:
     pod: str
     device: str | None  # GPU, CPU, …: where the engine says its KV cache lives, when it says so
     kv_cache_tokens: int | None
-    max_model_len: int | None  # the sequence length the engine states its concurrency for
-    max_concurrency: float | None
-    weights_gib: float | None  # the largest rank's, when several ranks log
-    load_seconds: float | None
+    max_model_len: int | None = None  # the sequence length the engine states its concurrency for
+    max_concurrency: float | None = None
+    weights_gib: float | None = None  # the largest rank's, when several ranks log
+    load_seconds: float | None = None
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, str | int | float | None]:
         return dataclasses.asdict(self)
 
 
@@ -38,7 +37,7 @@ def number(text: str) -> int:
 
 
 def warnings(
-    plan: Mapping[str, Any], observations: Iterable[Observation], max_num_seqs: int, engine: str = "vLLM"
+    plan: Mapping[str, object], observations: Iterable[Observation], max_num_seqs: int, engine: str = "vLLM"
 ) -> list[str]:
     """Where the running engine disagrees with the plan (``Plan.to_json()``), in plain words."""
     out: list[str] = []
@@ -61,7 +60,7 @@ def warnings(
     return out
 
 
-def load_seconds(observations: Iterable[Mapping[str, Any]]) -> float | None:
+def load_seconds(observations: Iterable[Mapping[str, object]]) -> float | None:
     """The longest observed load time in stored observations (to size the next startup probe)."""
-    seconds = [o["load_seconds"] for o in observations if isinstance(o.get("load_seconds"), (int, float))]
+    seconds = [s for o in observations if isinstance(s := o.get("load_seconds"), (int, float))]
     return max(seconds) if seconds else None

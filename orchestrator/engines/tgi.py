@@ -27,8 +27,7 @@ import re
 from collections.abc import Mapping
 from typing import ClassVar
 
-from orchestrator.engines import startup_log
-from orchestrator.engines.base import CrashClass, Engine, KvBudget, MemoryInputs, Refusal, ServerSettings
+from orchestrator.engines import base, startup_log
 
 WIGGLE_ROOM = 0.90  # TGI_WIGGLE_ROOM since v3.3 (0.93 in v3.1-3.2, 0.95 in v3.0)
 
@@ -37,22 +36,14 @@ _TOTAL_TOKENS = re.compile(r"Setting max batch total tokens to (\d+)")
 _BLOCKS = re.compile(r"KV-cache blocks: (\d+), size: (\d+)")
 
 
-class Tgi(Engine):
+class Tgi(base.Engine):
     kind = "tgi"
     title = "TGI"
     command = ("text-generation-launcher",)
     default_version = "3.3.7"
-    health_path = "/health"
-    probe_path = "/health"
     memory_flag = "--cuda-memory-fraction"
     block_size = 1
-    offline_env = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "DO_NOT_TRACK")
-    kv_cache_dtypes: ClassVar[Mapping[str, str]] = {
-        "fp8": "fp8_e4m3fn",
-        "fp8_e4m3": "fp8_e4m3fn",
-        "fp8_e5m2": "fp8_e5m2",
-        "auto": "",
-    }
+    kv_cache_dtypes: ClassVar[Mapping[str, str]] = base.kv_dtypes(auto="", fp8="fp8_e4m3fn", fp8_e4m3="fp8_e4m3fn")
     reserved: ClassVar[Mapping[str, str]] = {
         "--model-id": "model.source (the weights path)",
         "--num-shard": "engine.tensorParallelSize",
@@ -64,28 +55,25 @@ class Tgi(Engine):
         "--max-batch-prefill-tokens": "engine.maxNumBatchedTokens",
         "--kv-cache-dtype": "engine.kvCacheDtype",
         "--cuda-memory-fraction": "engine.gpuMemoryUtilization",
-        "--hostname": "engine.port (deployctl binds all interfaces inside the pod)",
-        "--port": "engine.port",
+        **base.bind_flags("--hostname"),
         "--usage-stats": "airgap.offline (off while offline)",
     }
     memory_source = "server/text_generation_server/models/flash_causal_lm.py FlashCausalLM.warmup"
+    single_node = "TGI runs a copy on one node only; fit it on one node's GPUs, or use vLLM for copies across nodes"
     # router/src/lib.rs: max_completion_tokens is a serde alias of max_tokens, so both is a duplicate field.
     output_limit_fields = ("max_tokens",)
     crash_classes = (
-        CrashClass(
-            "engine_args",
-            re.compile(r"error: unexpected argument '|error: invalid value '|ArgumentValidation\("),
-            "TGI's launcher refused its command line (the log says which argument): check engine.extraArgs and "
-            "that the image runs the TGI of engine.version, whose flags `deployctl validate` checked",
+        base.args_refused(
+            r"error: unexpected argument '|error: invalid value '|ArgumentValidation\(", "TGI's launcher", "TGI"
         ),
-        CrashClass(
+        base.CrashClass(
             "kv_cache",
             re.compile(r"Backend\(NotEnoughMemory\(|Not enough memory to handle \d+ prefill tokens"),
             "TGI could not fit its warm-up prefill or the KV cache for max-total-tokens: lower "
             "engine.maxNumBatchedTokens or engine.maxModelLen, use kvCacheDtype fp8, or raise "
             "tensorParallelSize (run `deployctl plan` for the numbers)",
         ),
-        CrashClass(
+        base.CrashClass(
             "model_path",
             re.compile(r"No local weights found in|Unsupported model type|is not a valid JSON file"),
             "TGI could not load a model at the path it was given: check model.source and that the directory "
@@ -94,7 +82,7 @@ class Tgi(Engine):
         ),
     )
 
-    def args(self, s: ServerSettings) -> list[str]:
+    def args(self, s: base.ServerSettings) -> list[str]:
         args = [
             "--model-id", s.model_path,
             "--num-shard", str(s.tensor_parallel),
@@ -102,16 +90,13 @@ class Tgi(Engine):
             "--max-total-tokens", str(s.max_model_len),
             "--max-concurrent-requests", str(s.max_num_seqs),
         ]  # fmt: skip
-        if s.max_batched_tokens is not None:
-            args += ["--max-batch-prefill-tokens", str(s.max_batched_tokens)]
-        if s.kv_cache_dtype != "auto":
-            args += ["--kv-cache-dtype", self.kv_cache_dtypes[s.kv_cache_dtype]]
+        args += self.tuning_flags(s, "--max-batch-prefill-tokens")
         args += ["--cuda-memory-fraction", str(s.memory_fraction), "--hostname", "0.0.0.0", "--port", str(s.port)]
         if s.offline:
             args += ["--usage-stats", "off"]
         return args + list(s.extra_args)
 
-    def env(self, s: ServerSettings) -> list[tuple[str, str]]:
+    def env(self, s: base.ServerSettings) -> list[tuple[str, str]]:
         # Only the environment turns prefix caching (on by default in v3) off.
         return super().env(s) + ([] if s.prefix_caching else [("PREFIX_CACHING", "0")])
 
@@ -122,28 +107,21 @@ class Tgi(Engine):
     def served_id(self, served_name: str, model_path: str) -> str:
         return model_path
 
-    def refusals(self, s: ServerSettings) -> list[Refusal]:
-        out = super().refusals(s)
+    def field_refusals(self, s: base.ServerSettings) -> list[base.Refusal]:
+        out = super().field_refusals(s)
         if s.pipeline_parallel > 1:
             out.append(
-                Refusal(
+                base.Refusal(
                     "engine.pipelineParallelSize",
                     "TGI has no pipeline parallelism: a copy is one launcher with --num-shard tensor-parallel "
                     "shards on one node; use tensorParallelSize alone, or vLLM, SGLang or TensorRT-LLM for PP",
                 )
             )
-        if s.multi_node:
-            out.append(
-                Refusal(
-                    "placement.nodesPerCopy",
-                    "TGI runs a copy on one node only; fit it on one node's GPUs, or use vLLM for copies across nodes",
-                )
-            )
         return out
 
-    def kv_budget(self, m: MemoryInputs) -> KvBudget:
+    def kv_budget(self, m: base.MemoryInputs) -> base.KvBudget:
         budget = m.total * m.fraction * WIGGLE_ROOM
-        return KvBudget(
+        return base.KvBudget(
             budget=budget,
             # Free memory is measured after the warm-up prefill, so its activations are already spent.
             kv=budget - m.weights - m.activation - m.non_torch,
@@ -160,15 +138,7 @@ class Tgi(Engine):
             tokens = int(count) * int(size)
         else:
             return None
-        return startup_log.Observation(
-            pod=pod,
-            device="GPU",
-            kv_cache_tokens=tokens,
-            max_model_len=None,
-            max_concurrency=None,
-            weights_gib=None,
-            load_seconds=None,
-        )
+        return startup_log.Observation(pod=pod, device="GPU", kv_cache_tokens=tokens)
 
 
 ENGINE = Tgi()

@@ -32,15 +32,14 @@ import re
 from collections.abc import Mapping
 from typing import ClassVar
 
-from orchestrator.engines import startup_log
-from orchestrator.engines.base import CrashClass, Engine, KvBudget, MemoryInputs, Refusal, ServerSettings
+from orchestrator.engines import base, startup_log
 
 DEFAULT_MAX_NUM_TOKENS = 8192  # trtllm-serve's --max_num_tokens default
 
 _ALLOCATED = re.compile(r"Allocated ([\d.]+) GiB for max tokens in paged KV cache \((\d+)\)")
 
 
-class TrtLlm(Engine):
+class TrtLlm(base.Engine):
     kind = "trtllm"
     title = "TensorRT-LLM"
     command = ("trtllm-serve", "serve")
@@ -48,14 +47,11 @@ class TrtLlm(Engine):
     # flag; both came in 1.3.0rc7): the release source itself is on NVIDIA's index only, out of reach
     # here. An image's exact table: scripts/gen_engine_flags.py trtllm VERSION --source its serve.py.
     default_version = "main-00209af"
-    health_path = "/health"
-    probe_path = "/health"
     # trtllm-serve's /metrics is JSON iteration stats; openai_server.py mounts the Prometheus exposition
     # here, once the LLM API option return_perf_metrics is true (engine.extraArgs' options file).
     metrics_path = "/prometheus/metrics"
     memory_flag = "--kv_cache_free_gpu_memory_fraction"
     block_size = 32
-    offline_env = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "DO_NOT_TRACK")
     kv_cache_dtypes: ClassVar[Mapping[str, str]] = {"auto": ""}
     reserved: ClassVar[Mapping[str, str]] = {
         "--tp_size": "engine.tensorParallelSize",
@@ -66,33 +62,35 @@ class TrtLlm(Engine):
         "--kv_cache_free_gpu_memory_fraction": "engine.gpuMemoryUtilization",
         "--enable_chunked_prefill": "engine.maxNumBatchedTokens (on when maxModelLen is longer)",
         "--backend": "engine.kind (deployctl serves the PyTorch backend)",
-        "--host": "engine.port (deployctl binds all interfaces inside the pod)",
-        "--port": "engine.port",
+        **base.bind_flags("--host"),
     }
     memory_source = "tensorrt_llm/_torch/pyexecutor/_util.py KvCacheCreator"
+    single_node = (
+        "deployctl runs TensorRT-LLM copies on one node only (across nodes it needs an MPI world, "
+        "trtllm-llmapi-launch under mpirun, not rendered yet); use vLLM for copies across nodes"
+    )
     # serve/openai_protocol.py: the request models forbid unknown fields, and a chat request with
     # max_completion_tokens is refused (extra_forbidden), so the output limit is max_tokens alone.
     output_limit_fields = ("max_tokens",)
     crash_classes = (
-        CrashClass(
-            "engine_args",
-            re.compile(r"Error: No such option|Error: Missing argument|Error: Invalid value for|Error: Option '"),
-            "trtllm-serve refused its command line (the log says which argument): check engine.extraArgs and that "
-            "the image runs the TensorRT-LLM of engine.version, whose flags `deployctl validate` checked",
+        base.args_refused(
+            r"Error: No such option|Error: Missing argument|Error: Invalid value for|Error: Option '",
+            "trtllm-serve",
+            "TensorRT-LLM",
         ),
-        CrashClass(
+        base.CrashClass(
             "kv_cache",
             re.compile(r"Impossible to fit in any sequence in kvCache"),
             "TensorRT-LLM had no room for one maxModelLen sequence in its KV cache: lower engine.maxModelLen, raise "
             "gpuMemoryUtilization (--kv_cache_free_gpu_memory_fraction) or tensorParallelSize (see `deployctl plan`)",
         ),
-        CrashClass(
+        base.CrashClass(
             "oom",
             re.compile(r"Executor creation failed due to insufficient GPU memory"),
             "TensorRT-LLM ran out of GPU memory creating its executor: lower engine.maxNumBatchedTokens "
             "(--max_num_tokens) or maxNumSeqs, or raise tensorParallelSize (check `deployctl plan`)",
         ),
-        CrashClass(
+        base.CrashClass(
             "model_path",
             re.compile(r"Failed to infer model format|Unknown architecture for AutoModelForCausalLM"),
             "TensorRT-LLM could not load a model at the path it was given: check model.source, that the directory "
@@ -101,7 +99,7 @@ class TrtLlm(Engine):
         ),
     )
 
-    def args(self, s: ServerSettings) -> list[str]:
+    def args(self, s: base.ServerSettings) -> list[str]:
         batched = s.max_batched_tokens or DEFAULT_MAX_NUM_TOKENS
         args = [
             s.model_path,
@@ -124,11 +122,11 @@ class TrtLlm(Engine):
     def served_id(self, served_name: str, model_path: str) -> str:
         return posixpath.basename(model_path.rstrip("/"))
 
-    def refusals(self, s: ServerSettings) -> list[Refusal]:
+    def field_refusals(self, s: base.ServerSettings) -> list[base.Refusal]:
         out = []
         if s.kv_cache_dtype != "auto":
             out.append(
-                Refusal(
+                base.Refusal(
                     "engine.kvCacheDtype",
                     "trtllm-serve has no KV-cache dtype flag: it takes fp8 KV from the checkpoint's quantization "
                     "(kv_cache_quant_algo FP8 in hf_quant_config.json, as ModelOpt writes it) or from an "
@@ -138,26 +136,18 @@ class TrtLlm(Engine):
             )
         if not s.prefix_caching:
             out.append(
-                Refusal(
+                base.Refusal(
                     "engine.enablePrefixCaching",
                     "TensorRT-LLM reuses KV blocks (prefix caching) unless an --extra_llm_api_options file says "
                     "kv_cache_config.enable_block_reuse: false, which deployctl does not write; leave it true",
                 )
             )
-        if s.multi_node:
-            out.append(
-                Refusal(
-                    "placement.nodesPerCopy",
-                    "deployctl runs TensorRT-LLM copies on one node only (across nodes it needs an MPI world, "
-                    "trtllm-llmapi-launch under mpirun, not rendered yet); use vLLM for copies across nodes",
-                )
-            )
         return out
 
-    def kv_budget(self, m: MemoryInputs) -> KvBudget:
+    def kv_budget(self, m: base.MemoryInputs) -> base.KvBudget:
         peak = m.weights + m.activation + m.non_torch + m.cuda_graphs  # measured after the warm-up
         kv = (m.total - peak) * m.fraction
-        return KvBudget(
+        return base.KvBudget(
             budget=peak + max(kv, 0.0),
             kv=kv if peak <= m.total else m.total - peak,
             formula="(total − weights − warm-up peak − non-torch − CUDA graphs) × kv_cache_free_gpu_memory_fraction",
@@ -169,15 +159,7 @@ class TrtLlm(Engine):
         if not allocated:
             return None
         _, tokens = allocated[-1]  # the first line is the temporary cache of the memory estimate
-        return startup_log.Observation(
-            pod=pod,
-            device="GPU",
-            kv_cache_tokens=int(tokens),
-            max_model_len=None,
-            max_concurrency=None,
-            weights_gib=None,
-            load_seconds=None,
-        )
+        return startup_log.Observation(pod=pod, device="GPU", kv_cache_tokens=int(tokens))
 
 
 ENGINE = TrtLlm()

@@ -11,8 +11,7 @@ import re
 from collections.abc import Mapping
 from typing import ClassVar
 
-from orchestrator.engines import startup_log, vllm_flags
-from orchestrator.engines.base import CrashClass, Engine, KvBudget, MemoryInputs, ServerSettings
+from orchestrator.engines import base, flag_table, startup_log, vllm_flags
 
 # vLLM prints the same lines on GPU and CPU builds (vllm/v1/core/kv_cache_utils.py, gpu_model_runner.py):
 #     GPU KV cache size: 42,656 tokens                       (CPU KV cache size: … on the CPU build)
@@ -25,7 +24,7 @@ _LOADING = re.compile(
 )
 
 
-class Vllm(Engine):
+class Vllm(base.Engine):
     kind = "vllm"
     title = "vLLM"
     # The official vllm/vllm-openai image's ENTRYPOINT is `vllm serve`, but older images used
@@ -34,33 +33,27 @@ class Vllm(Engine):
     # because `vllm serve --model` is deprecated.
     command = ("vllm", "serve")
     default_version = "0.33.0"
-    health_path = "/health"  # 200 once the engine is up; the API server binds only after loading
-    probe_path = "/health"
+    # health_path and probe_path: /health, 200 once the engine is up (the API server binds only after loading)
     memory_flag = "--gpu-memory-utilization"
     block_size = 16
     offline_env = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "VLLM_NO_USAGE_STATS", "DO_NOT_TRACK")
-    kv_cache_dtypes: ClassVar[Mapping[str, str]] = {
-        "auto": "auto",
-        "fp8": "fp8",
-        "fp8_e4m3": "fp8_e4m3",
-        "fp8_e5m2": "fp8_e5m2",
-    }
+    kv_cache_dtypes: ClassVar[Mapping[str, str]] = base.kv_dtypes()
     reserved: ClassVar[Mapping[str, str]] = vllm_flags.reserved_flags()
     memory_source = "vllm/v1/worker/gpu_worker.py determine_available_memory"
     crash_classes = (
-        CrashClass(
+        base.CrashClass(
             "engine_args",
             re.compile(r"error: unrecognized arguments:|error: argument --[\w-]+:|--[\w-]+ requires --[\w-]+"),
             "vLLM refused its command line (the last log line says which argument): check engine.extraArgs, and "
             "that the image runs the vLLM of engine.version, whose flags `deployctl validate` checked",
         ),
-        CrashClass(
+        base.CrashClass(
             "max_model_len",
             re.compile(r"max_model_len \(\d+\) is greater than the derived max_model_len"),
             "engine.maxModelLen is above what the model supports (max_position_embeddings in its config.json): "
             "lower it, or check that model.architecture or model.config describes the weights the pod loads",
         ),
-        CrashClass(
+        base.CrashClass(
             "model_path",
             re.compile(
                 r"Invalid repository ID or local directory specified|is not a valid JSON file|"
@@ -70,7 +63,7 @@ class Vllm(Engine):
             "and path) and that the directory holds the complete model (config.json, tokenizer, weights) readable "
             "by uid 1000 (or by the group engine.fsGroup names); offline, vLLM cannot fall back to downloading it",
         ),
-        CrashClass(
+        base.CrashClass(
             "kv_cache",
             re.compile(
                 r"No available memory for the cache blocks|larger than the maximum number of tokens that can be "
@@ -82,15 +75,12 @@ class Vllm(Engine):
         ),
     )
 
-    def args(self, s: ServerSettings) -> list[str]:
+    def args(self, s: base.ServerSettings) -> list[str]:
         args = [s.model_path, "--served-model-name", s.served_name, "--tensor-parallel-size", str(s.tensor_parallel)]
         if s.pipeline_parallel > 1:
             args += ["--pipeline-parallel-size", str(s.pipeline_parallel)]
         args += ["--max-model-len", str(s.max_model_len), "--max-num-seqs", str(s.max_num_seqs)]
-        if s.max_batched_tokens is not None:
-            args += ["--max-num-batched-tokens", str(s.max_batched_tokens)]
-        if s.kv_cache_dtype != "auto":
-            args += ["--kv-cache-dtype", self.kv_cache_dtypes[s.kv_cache_dtype]]
+        args += self.tuning_flags(s, "--max-num-batched-tokens")
         args += [
             "--gpu-memory-utilization", str(s.memory_fraction),
             "--enable-prefix-caching" if s.prefix_caching else "--no-enable-prefix-caching",
@@ -100,10 +90,10 @@ class Vllm(Engine):
         ]  # fmt: skip
         return args + list(s.extra_args)
 
-    def kv_budget(self, m: MemoryInputs) -> KvBudget:
+    def kv_budget(self, m: base.MemoryInputs) -> base.KvBudget:
         # The planner passes no CUDA-graph memory for vLLM before 0.21, which did not hold it back.
         budget = m.total * m.fraction
-        return KvBudget(
+        return base.KvBudget(
             budget=budget,
             kv=budget - m.weights - m.activation - m.non_torch - m.cuda_graphs,
             formula="total × gpu-memory-utilization − weights − peak activation − non-torch − CUDA graphs",
@@ -113,7 +103,7 @@ class Vllm(Engine):
     def versions(self) -> list[str]:
         return vllm_flags.known_versions()
 
-    def check_extra_args(self, extra_args: list[str], version: str) -> list[vllm_flags.Problem]:
+    def check_extra_args(self, extra_args: list[str], version: str) -> list[flag_table.Problem]:
         return vllm_flags.check(extra_args, version)
 
     def parse_startup(self, pod: str, text: str) -> startup_log.Observation | None:

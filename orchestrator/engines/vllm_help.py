@@ -18,7 +18,8 @@ from __future__ import annotations
 import ast
 import json
 import re
-from typing import Any
+
+from orchestrator.engines.flag_table import Json, Table, TableOption
 
 FORMAT = 2
 NOTES = (
@@ -55,10 +56,10 @@ class HelpProblem(ValueError):
     """The text is not the help of `vllm serve`; the message says what to give instead."""
 
 
-def parse(text: str, version: str) -> dict[str, Any]:
+def parse(text: str, version: str) -> Table:
     """The flag table (format 2) of ``vllm serve --help=all`` output ``text``, for vLLM ``version``."""
-    options: list[dict[str, Any]] = []
-    current: dict[str, Any] | None = None
+    options: list[TableOption] = []
+    current: TableOption | None = None
     help_lines: list[str] = []
     for line in text.splitlines():
         match = _OPTION_LINE.match(line)
@@ -81,7 +82,7 @@ def parse(text: str, version: str) -> dict[str, Any]:
             "(plain --help shows only the option groups); run `vllm serve --help=all` in the image and give its "
             "whole output"
         )
-    raw = {
+    raw: Table = {
         "version": version,
         "generated_by": f"deployctl engine-flags import --vllm-version {version}",
         "source": f"the text of `vllm serve --help=all` of vLLM {version}: names, switches, arity, choices and "
@@ -100,7 +101,7 @@ def _is_option(invocation: str) -> bool:
     return all(_NAME.match(part.split(" ", 1)[0]) for part in _strings(invocation))
 
 
-def _option(invocation: str) -> dict[str, Any]:
+def _option(invocation: str) -> TableOption:
     strings: list[str] = []
     shape = ""
     for part in _strings(invocation):
@@ -108,7 +109,7 @@ def _option(invocation: str) -> dict[str, Any]:
         strings.append(name)
         shape = args or shape  # 3.13 writes the metavar after the last string only
     nargs, choices = _arity(shape)
-    entry: dict[str, Any] = {"names": strings, "negations": [], "dest": _dest(strings), "switch": nargs == 0}
+    entry: TableOption = {"names": strings, "negations": [], "dest": _dest(strings), "switch": nargs == 0}
     if nargs == 0:
         entry["negations"] = [s for s in strings[1:] if _inverse(s, strings[0])]
         entry["names"] = [s for s in strings if s not in entry["negations"]]
@@ -122,7 +123,7 @@ def _option(invocation: str) -> dict[str, Any]:
     return entry
 
 
-def _arity(shape: str) -> tuple[int | str | None, list[str] | None]:
+def _arity(shape: str) -> tuple[int | str | None, list[Json] | None]:
     """argparse's layout of the metavar M as (nargs, choices): ``M`` → None, ``[M]`` → ?, ``[M ...]``
     → *, ``M [M ...]`` → +, ``M M`` → 2, nothing → 0 (a switch). M is ``{a,b}`` for choices. Any
     other text is a metavar of vLLM's own (``['auto', 'hf']``, ``{…} or name registered in …``): one
@@ -134,8 +135,8 @@ def _arity(shape: str) -> tuple[int | str | None, list[str] | None]:
     words = shape.split(" ")
     metavar = words[0].strip("[]")
 
-    def choices() -> list[str] | None:
-        return metavar[1:-1].split(",") if metavar.startswith("{") and metavar.endswith("}") else None
+    def choices() -> list[Json] | None:
+        return [*metavar[1:-1].split(",")] if metavar.startswith("{") and metavar.endswith("}") else None
 
     if shape == metavar:
         return None, choices()
@@ -167,7 +168,7 @@ def _dest(strings: list[str]) -> str:
     return long.lstrip("-").replace("-", "_")
 
 
-def _finish(entry: dict[str, Any] | None, help_lines: list[str]) -> None:
+def _finish(entry: TableOption | None, help_lines: list[str]) -> None:
     if entry is None:
         return
     found = _DEFAULT.search(" ".join(x for x in help_lines if x))
@@ -175,7 +176,7 @@ def _finish(entry: dict[str, Any] | None, help_lines: list[str]) -> None:
         entry["default"] = _value(found.group(1))
 
 
-def _value(text: str) -> Any:
+def _value(text: str) -> Json:
     """A default as argparse printed it (str() of the value), back as JSON-able data where it parses."""
     if text == "None":
         return None
@@ -190,15 +191,15 @@ def _value(text: str) -> Any:
     return list(value) if isinstance(value, tuple) else value
 
 
-def _unique(options: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def _unique(options: list[TableOption]) -> list[TableOption]:
     """Each option once: --help=all lists an option in every group that shows it."""
-    by_names: dict[tuple[str, ...], dict[str, Any]] = {}
+    by_names: dict[tuple[str, ...], TableOption] = {}
     for opt in options:
         by_names.setdefault(tuple(opt["names"] + opt["negations"]), opt)
     return list(by_names.values())
 
 
-def table(raw: dict[str, Any]) -> dict[str, Any]:
+def table(raw: Table) -> Table:
     """The file's content: a header, the flat lists older readers use, then one entry per option."""
     options = sorted(raw["options"], key=lambda o: o["names"][0].lstrip("-"))
     seen: set[str] = set()
@@ -227,7 +228,7 @@ def table(raw: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def dumps(doc: dict[str, Any]) -> str:
+def dumps(doc: Table) -> str:
     """The table as its file holds it: one option per line, for reviewable diffs."""
     head = {k: v for k, v in doc.items() if k != "options"}
     text = json.dumps(head, indent=1)[:-2]
