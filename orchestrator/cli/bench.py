@@ -20,9 +20,8 @@ from typing import Any, TypeVar
 
 import click
 
-from orchestrator import errors, http
+from orchestrator import conventions, errors
 from orchestrator.cli import options as cli_options
-from orchestrator.gate import workload
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -66,8 +65,8 @@ _OPTIONS: list[Callable[[Any], Any]] = [
     ),
     click.option(
         "--endpoint",
-        type=click.Choice(workload.ENDPOINTS),
-        default=workload.CHAT_PATH,
+        type=click.Choice(conventions.ENDPOINTS),
+        default=conventions.CHAT_PATH,
         show_default=True,
         help="API path: chat messages, or a plain prompt (vLLM bench's default /v1/completions).",
     ),
@@ -222,6 +221,8 @@ def run(output_format: str, opts: dict[str, Any]) -> str | None:
 
 def _first_model(url: str, api_key: str | None) -> str:
     """The model vLLM's benchmark picks without --model: the first that /v1/models lists."""
+    from orchestrator import http  # late: httpx is not needed to parse options
+
     try:
         models = http.served_models(url, api_key=api_key)
     except errors.EndpointError as e:
