@@ -19,6 +19,7 @@ from orchestrator.cli import bench as bench_cli
 from orchestrator.cli import flags as cli_flags
 from orchestrator.cli import keys as cli_keys
 from orchestrator.cli import options as cli_options
+from orchestrator.cli import params as cli_params
 from orchestrator.cli import schema as cli_schema
 from orchestrator.cli import uninstall as cli_uninstall
 from orchestrator.cli import views as cli_views
@@ -54,7 +55,7 @@ def _checked(prof: Any, *, allow_unfit: bool = False) -> Any:
 
 @main.command()
 @cli_options.profile_argument()
-@cli_options.set_option
+@cli_params.set_option
 @cli_options.output_option()
 @cli_options.handles_errors
 def validate(profile_path: str, sets: tuple[str, ...], output_format: str) -> None:
@@ -84,7 +85,7 @@ def validate(profile_path: str, sets: tuple[str, ...], output_format: str) -> No
 
 @main.command()
 @cli_options.profile_argument()
-@cli_options.set_option
+@cli_params.set_option
 @click.option(
     "--calibrate-from",
     "release",
@@ -92,8 +93,8 @@ def validate(profile_path: str, sets: tuple[str, ...], output_format: str) -> No
     help="Correct the memory the model does not explain by what this release's vLLM logged at start-up "
     "(same model, GPU, vLLM version, TP and PP; needs the cluster).",
 )
-@cli_options.namespace_option("The --calibrate-from release's (default: the profile's namespace, see docs/cli.md).")
-@cli_options.cluster_options
+@cli_params.namespace_option("The --calibrate-from release's (default: the profile's namespace, see docs/cli.md).")
+@cli_params.cluster_options
 @cli_options.output_option(aliases={"table": "text"})
 @cli_options.handles_errors
 def plan(
@@ -131,7 +132,7 @@ def plan(
 
 @main.command()
 @cli_options.profile_argument(required=False)
-@cli_options.set_option
+@cli_params.set_option
 @click.option("--output-dir", "out_dir", type=click.Path(file_okay=False), help="Write one YAML file per object here.")
 @cli_options.renamed_option("--out", "--output-dir")
 @cli_options.output_option(
@@ -287,141 +288,44 @@ class _Emitter:
 # --- cluster commands -------------------------------------------------------------------------------
 
 
-def _apply_like(fn: Any) -> Any:
-    fn = click.option(
-        "--lock-ttl",
-        type=cli_options.Duration(5, 3600, integer=True),
-        default=60,
-        show_default=True,
-        help="How long before a lock left by a killed deployctl may be taken over (60, 90s, 5m).",
-    )(fn)
-    fn = click.option(
-        "--timeout",
-        type=cli_options.Duration(1),
-        help="Overall rollout deadline: 90s, 10m, 1h30m or seconds (default: rollout.progressDeadlineSeconds).",
-    )(fn)
-    fn = cli_options.namespace_option("Namespace when the profile has no metadata.namespace (see docs/cli.md).")(fn)
-    fn = cli_options.set_option(fn)
-    fn = click.option("--skip-bench", is_flag=True, help="Skip the smoke benchmark; gate on /health only.")(fn)
-    fn = click.option("--endpoint", help="Reach the server here instead of port-forwarding to each pod.")(fn)
-    fn = cli_options.allow_gate_host_option(fn)
-    fn = cli_options.cluster_options(fn)
-    fn = cli_options.signing_options(fn)
-    return fn
-
-
 @main.command()
 @cli_options.profile_argument()
-@_apply_like
-@click.option("--no-rollback", is_flag=True, help="Leave a failed revision in place for debugging.")
-@click.option("--create-namespace", is_flag=True, help="Create the profile's namespace if it is missing.")
-@click.option(
-    "--adopt",
-    is_flag=True,
-    help="Take over existing objects named like the release but without its label (recorded); check them first.",
-)
-@click.option(
-    "--dry-run",
-    is_flag=True,
-    help="Plan, preflight and a server-side dry-run apply: say what would happen, write nothing.",
-)
+@cli_params.click_options(cli_params.Apply)
 @cli_options.output_option()
 @cli_options.handles_errors
-def apply(
-    profile_path: str,
-    sets: tuple[str, ...],
-    namespace: str | None,
-    kubeconfig: str | None,
-    context: str | None,
-    endpoint: str | None,
-    allow_gate_hosts: tuple[str, ...],
-    skip_bench: bool,
-    timeout: float | None,
-    lock_ttl: int,
-    no_rollback: bool,
-    create_namespace: bool,
-    adopt: bool,
-    dry_run: bool,
-    output_format: str,
-    signing_key: str | None,
-    verify_keys: tuple[str, ...],
-) -> None:
+def apply(profile_path: str, output_format: str, **given: object) -> None:
     """Plan, preflight, lock, apply, watch, gate and record — or roll back."""
     from orchestrator.apply import pipeline
 
-    loaded = cli_options.load_profile(profile_path, sets, cli_options.resolve_namespace(namespace, kubeconfig, context))
+    opts = cli_params.Apply.parse(given)
+    where = cli_options.resolve_namespace(opts.namespace, opts.kubeconfig, opts.context)
+    loaded = cli_options.load_profile(profile_path, opts.sets, where)
     progress = output.Progress(quiet=False)
-    outcome = pipeline.apply(
-        loaded.profile,
-        loaded.text,
-        cli_options.options(
-            kubeconfig=kubeconfig,
-            context=context,
-            endpoint=endpoint,
-            allowed_gate_hosts=allow_gate_hosts,
-            rollback=not no_rollback,
-            skip_bench=skip_bench,
-            timeout=timeout,
-            create_namespace=create_namespace,
-            adopt=adopt,
-            dry_run=dry_run,
-            lock_ttl=lock_ttl,
-            signing_key=signing_key,
-            verify_keys=verify_keys,
-        ),
-        progress,
-    )
+    outcome = pipeline.apply(loaded.profile, loaded.text, opts.pipeline_options(), progress)
     progress.finish_line()
     cli_options.finish(outcome, output_format)
 
 
 @main.command("gate")
 @cli_options.profile_argument()
-@_apply_like
+@cli_params.click_options(cli_params.Gate)
 @cli_options.output_option()
 @cli_options.handles_errors
-def gate_cmd(
-    profile_path: str,
-    sets: tuple[str, ...],
-    namespace: str | None,
-    kubeconfig: str | None,
-    context: str | None,
-    endpoint: str | None,
-    allow_gate_hosts: tuple[str, ...],
-    skip_bench: bool,
-    timeout: float | None,
-    lock_ttl: int,
-    output_format: str,
-    signing_key: str | None,
-    verify_keys: tuple[str, ...],
-) -> None:
+def gate_cmd(profile_path: str, output_format: str, **given: object) -> None:
     """GitOps: wait for the synced Deployment to carry this profile, then health + smoke gate and record."""
     from orchestrator.apply import gitops
 
-    loaded = cli_options.load_profile(profile_path, sets, cli_options.resolve_namespace(namespace, kubeconfig, context))
+    opts = cli_params.Gate.parse(given)
+    where = cli_options.resolve_namespace(opts.namespace, opts.kubeconfig, opts.context)
+    loaded = cli_options.load_profile(profile_path, opts.sets, where)
     progress = output.Progress()
-    outcome = gitops.gate(
-        loaded.profile,
-        loaded.text,
-        cli_options.options(
-            kubeconfig=kubeconfig,
-            context=context,
-            endpoint=endpoint,
-            allowed_gate_hosts=allow_gate_hosts,
-            skip_bench=skip_bench,
-            timeout=timeout,
-            lock_ttl=lock_ttl,
-            signing_key=signing_key,
-            verify_keys=verify_keys,
-        ),
-        progress,
-    )
+    outcome = gitops.gate(loaded.profile, loaded.text, opts.pipeline_options(), progress)
     progress.finish_line()
     cli_options.finish(outcome, output_format)
 
 
 @main.command()
-@cli_options.namespace_option(
+@cli_params.namespace_option(
     "Watch InferenceProfile objects in this namespace only (default: $DEPLOYCTL_NAMESPACE, else the context's, "
     "else default)."
 )
@@ -432,7 +336,7 @@ def gate_cmd(
     help="Namespace of the leader-election Lease (deployctl-controller). Default: the pod's namespace "
     "in the cluster (POD_NAMESPACE), else --namespace.",
 )
-@cli_options.cluster_options
+@cli_params.cluster_options
 @click.option("--lease-seconds", type=cli_options.Duration(5, 600, integer=True), default=15, show_default=True)
 @click.option("--resync", type=cli_options.Duration(1), default=30, show_default=True, help="Time between resyncs.")
 @click.option("--lock-ttl", type=cli_options.Duration(5, 3600, integer=True), default=60, show_default=True)
@@ -496,50 +400,17 @@ def controller(
 
 @main.command()
 @click.argument("name")
-@cli_options.namespace_option()
-@click.option("--to", "to", type=int, help="Revision to restore (default: the last good one before the live one).")
-@cli_options.cluster_options
-@click.option("--endpoint", help="Reach the server here instead of port-forwarding to each pod.")
-@cli_options.allow_gate_host_option
-@click.option("--timeout", type=cli_options.Duration(1), help="Rollout deadline: 90s, 10m, 1h30m or seconds.")
-@click.option("--lock-ttl", type=cli_options.Duration(5, 3600, integer=True), default=60, show_default=True)
-@cli_options.signing_options
+@cli_params.click_options(cli_params.Rollback)
 @cli_options.output_option()
 @cli_options.handles_errors
-def rollback(
-    name: str,
-    namespace: str | None,
-    to: int | None,
-    kubeconfig: str | None,
-    context: str | None,
-    endpoint: str | None,
-    allow_gate_hosts: tuple[str, ...],
-    timeout: float | None,
-    lock_ttl: int,
-    output_format: str,
-    signing_key: str | None,
-    verify_keys: tuple[str, ...],
-) -> None:
+def rollback(name: str, output_format: str, **given: object) -> None:
     """Re-apply an earlier revision's stored manifests (needs only a kubeconfig and, for signed records, a key)."""
     from orchestrator.apply import pipeline
 
+    opts = cli_params.Rollback.parse(given)
+    namespace = cli_options.resolve_namespace(opts.namespace, opts.kubeconfig, opts.context).name
     progress = output.Progress()
-    outcome = pipeline.rollback(
-        name,
-        cli_options.resolve_namespace(namespace, kubeconfig, context).name,
-        to,
-        cli_options.options(
-            kubeconfig=kubeconfig,
-            context=context,
-            endpoint=endpoint,
-            allowed_gate_hosts=allow_gate_hosts,
-            timeout=timeout,
-            lock_ttl=lock_ttl,
-            signing_key=signing_key,
-            verify_keys=verify_keys,
-        ),
-        progress,
-    )
+    outcome = pipeline.rollback(name, namespace, opts.to, opts.pipeline_options(), progress)
     progress.finish_line()
     cli_options.finish(outcome, output_format)
 

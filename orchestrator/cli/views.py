@@ -14,21 +14,21 @@ import click
 
 from orchestrator import errors, output
 from orchestrator.cli import options as cli_options
+from orchestrator.cli import params as cli_params
 from orchestrator.errors import ExitCode
 
 
 @click.command()
 @click.argument("name")
-@cli_options.namespace_option()
-@cli_options.cluster_options
+@cli_params.click_options(cli_params.Release)
 @cli_options.output_option()
 @cli_options.handles_errors
-def history(name: str, namespace: str | None, kubeconfig: str | None, context: str | None, output_format: str) -> None:
+def history(name: str, output_format: str, **given: object) -> None:
     """The release's revisions: status, description, when, who."""
     from orchestrator.apply import views
 
-    ns = cli_options.resolve_namespace(namespace, kubeconfig, context).name
-    rows = views.history(cli_options.options(kubeconfig=kubeconfig, context=context), name, ns)
+    opts = cli_params.Release.parse(given)
+    rows = views.history(cli_params.connection(opts), name, opts.resolved_namespace())
     if output_format != "text":
         click.echo(output.emit(rows, output_format))
         return
@@ -76,16 +76,15 @@ def _short_image(image: str) -> str:
 
 @click.command()
 @click.argument("name")
-@cli_options.namespace_option()
-@cli_options.cluster_options
+@cli_params.click_options(cli_params.Release)
 @cli_options.output_option()
 @cli_options.handles_errors
-def status(name: str, namespace: str | None, kubeconfig: str | None, context: str | None, output_format: str) -> None:
+def status(name: str, output_format: str, **given: object) -> None:
     """Live revision, pods (ready, node, GPUs), last failure and gate result."""
     from orchestrator.apply import views
 
-    ns = cli_options.resolve_namespace(namespace, kubeconfig, context).name
-    data = views.status(cli_options.options(kubeconfig=kubeconfig, context=context), name, ns)
+    opts = cli_params.Release.parse(given)
+    data = views.status(cli_params.connection(opts), name, opts.resolved_namespace())
     if output_format != "text":
         click.echo(output.emit(data, output_format))
         return
@@ -94,19 +93,10 @@ def status(name: str, namespace: str | None, kubeconfig: str | None, context: st
 
 @click.command()
 @cli_options.profile_argument()
-@cli_options.set_option
-@cli_options.namespace_option("Namespace when the profile has no metadata.namespace (see docs/cli.md).")
-@cli_options.cluster_options
+@cli_params.click_options(cli_params.Diff)
 @cli_options.output_option(help="text: a unified diff; json/yaml: each object's change and diff.")
 @cli_options.handles_errors
-def diff(
-    profile_path: str,
-    sets: tuple[str, ...],
-    namespace: str | None,
-    kubeconfig: str | None,
-    context: str | None,
-    output_format: str,
-) -> None:
+def diff(profile_path: str, output_format: str, **given: object) -> None:
     """Server-side dry-run against the live objects, as a unified diff.
 
     Exit 0: no changes; 11: changes (kubectl diff's 1, moved: 1 is a usage error here); others: errors.
@@ -114,10 +104,11 @@ def diff(
     from orchestrator.apply import views
     from orchestrator.plan import planner
 
-    ns = cli_options.resolve_namespace(namespace, kubeconfig, context)
-    prof = cli_options.load_profile(profile_path, sets, ns).profile
+    opts = cli_params.Diff.parse(given)
+    ns = cli_options.resolve_namespace(opts.namespace, opts.kubeconfig, opts.context)
+    prof = cli_options.load_profile(profile_path, opts.sets, ns).profile
     plan = planner.check(prof)
-    objects = views.diff_objects(cli_options.options(kubeconfig=kubeconfig, context=context), prof, plan)
+    objects = views.diff_objects(cli_params.connection(opts), prof, plan)
     changed = any(o["change"] != "unchanged" for o in objects)
     if output_format != "text":
         click.echo(output.emit({"changed": changed, "objects": objects}, output_format))
@@ -128,7 +119,7 @@ def diff(
 
 
 @click.command()
-@cli_options.cluster_options
+@cli_params.cluster_options
 @cli_options.output_option()
 @cli_options.handles_errors
 def inventory(kubeconfig: str | None, context: str | None, output_format: str) -> None:
@@ -171,7 +162,7 @@ def audit() -> None:
 
 @audit.command("verify")
 @click.argument("name", required=False)
-@cli_options.namespace_option()
+@cli_params.namespace_option()
 @click.option(
     "--file",
     "export_file",
@@ -191,7 +182,7 @@ def audit() -> None:
     envvar="DEPLOYCTL_VERIFY_KEY",
     help="A trusted public key (PEM): also check every record's signature; repeatable.",
 )
-@cli_options.cluster_options
+@cli_params.cluster_options
 @cli_options.output_option()
 @cli_options.handles_errors
 def audit_verify(
@@ -232,13 +223,13 @@ def audit_verify(
 
 @audit.command("export")
 @click.argument("name")
-@cli_options.namespace_option()
+@cli_params.namespace_option()
 @click.option("--output-file", "out_file", type=click.Path(dir_okay=False), help="File to write (default: stdout).")
 @cli_options.renamed_option("--out", "--output-file")
 @cli_options.output_option(
     ("json", "yaml"), "json", old_meaning="write the file with --output-file {value}", help="The document's format."
 )
-@cli_options.cluster_options
+@cli_params.cluster_options
 @cli_options.handles_errors
 def audit_export(
     name: str,
@@ -263,10 +254,10 @@ def audit_export(
 
 @audit.command("trust")
 @click.argument("name")
-@cli_options.namespace_option()
+@cli_params.namespace_option()
 @click.option("--up-to", type=click.IntRange(1), help="The newest revision to vouch for (default: the newest).")
-@cli_options.signing_options
-@cli_options.cluster_options
+@cli_params.signing_options
+@cli_params.cluster_options
 @cli_options.output_option()
 @cli_options.handles_errors
 def audit_trust(
