@@ -7,9 +7,8 @@ the commands that need them, so ``validate`` and ``plan`` start fast on a laptop
 from __future__ import annotations
 
 import datetime
-import pathlib
 import sys
-from typing import Any
+from typing import TYPE_CHECKING
 
 import click
 
@@ -20,17 +19,17 @@ from orchestrator.cli import flags as cli_flags
 from orchestrator.cli import keys as cli_keys
 from orchestrator.cli import options as cli_options
 from orchestrator.cli import params as cli_params
+from orchestrator.cli import render as cli_render
 from orchestrator.cli import schema as cli_schema
 from orchestrator.cli import uninstall as cli_uninstall
 from orchestrator.cli import views as cli_views
 from orchestrator.errors import ExitCode
 
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
+
 VERSION = orchestrator.__version__
 SUPPORTED_KUBERNETES = "1.30 – 1.37"
-
-
-def _load(path: str, sets: tuple[str, ...] = (), namespace: cli_options.Namespace | None = None) -> Any:
-    return cli_options.load_profile(path, sets, namespace).profile
 
 
 @click.group(
@@ -46,13 +45,6 @@ def main(ctx: click.Context) -> None:
 # --- profile commands (no cluster) ----------------------------------------------------------------
 
 
-def _checked(prof: Any, *, allow_unfit: bool = False) -> Any:
-    """The plan, or the refusal every command gives for the profile (planner.check owns the verdict)."""
-    from orchestrator.plan import planner
-
-    return planner.check(prof, allow_unfit=allow_unfit)
-
-
 @main.command()
 @cli_options.profile_argument()
 @cli_params.set_option
@@ -60,8 +52,10 @@ def _checked(prof: Any, *, allow_unfit: bool = False) -> Any:
 @cli_options.handles_errors
 def validate(profile_path: str, sets: tuple[str, ...], output_format: str) -> None:
     """Check a profile's schema and VRAM math; no cluster needed."""
-    prof = _load(profile_path, sets)
-    plan = _checked(prof, allow_unfit=True)
+    from orchestrator.plan import planner
+
+    prof = cli_options.load_profile(profile_path, sets).profile
+    plan = planner.check(prof, allow_unfit=True)
     data = {
         "profile": prof.source,
         "valid": True,
@@ -116,173 +110,18 @@ def plan(
         # The release is looked for where -n says, else where the profile lives (its own namespace,
         # else DEPLOYCTL_NAMESPACE, the context's, default): a release may be calibrated from another namespace.
         where = None if namespace else cli_options.resolve_namespace(None, kubeconfig, context)
-        prof = _load(profile_path, sets, where)
+        prof = cli_options.load_profile(profile_path, sets, where).profile
         release_ns = namespace or prof.metadata.namespace
         opts = cli_options.options(kubeconfig=kubeconfig, context=context)
         calibration = views.calibration(opts, release, release_ns, prof)
     else:
-        prof = _load(profile_path, sets)
+        prof = cli_options.load_profile(profile_path, sets).profile
     p = planner.check(prof, allow_unfit=True, calibration=calibration)
     if output_format == "text":
         click.echo(planview.render_table(prof, p, color=output.color_enabled(sys.stdout)))
     else:
         click.echo(output.emit(p.to_json(), output_format))
     sys.exit(int(ExitCode.OK if p.fits else ExitCode.DOES_NOT_FIT))
-
-
-@main.command()
-@cli_options.profile_argument(required=False)
-@cli_params.set_option
-@click.option("--output-dir", "out_dir", type=click.Path(file_okay=False), help="Write one YAML file per object here.")
-@cli_options.renamed_option("--out", "--output-dir")
-@cli_options.output_option(
-    ("yaml", "json"),
-    "yaml",
-    old_meaning="write files with --output-dir {value}",
-    help="yaml: a multi-document stream; json: one v1 List (helm-values: the values as JSON).",
-)
-@click.option(
-    "--format",
-    "fmt",
-    type=click.Choice(
-        [
-            "manifests",
-            "helm-values",
-            "rbac",
-            "object",
-            "crd",
-            "controller",
-            "controller-namespace",
-            "policy-crd",
-            "admission",
-        ]
-    ),
-    default="manifests",
-    show_default=True,
-    help="Kubernetes manifests; values for charts/vllm-inference; the RBAC deployctl itself needs; the profile "
-    "as an InferenceProfile object; the InferenceProfile CustomResourceDefinition; `deployctl controller` "
-    "in the cluster; the Role and RoleBinding that opt namespaces in to it; the InferencePolicy "
-    "CustomResourceDefinition; or the policy's ValidatingAdmissionPolicy, its binding and the default "
-    "InferencePolicy (all but the first four need no PROFILE).",
-)
-@click.option(
-    "--controller-namespace",
-    default="deployctl-system",
-    show_default=True,
-    help="With --format controller or controller-namespace: where the controller runs.",
-)
-@click.option(
-    "--watch-namespace",
-    "watch_namespaces",
-    multiple=True,
-    help="With --format controller or controller-namespace (required there): a namespace the controller may "
-    "deploy in, given a Role and RoleBinding there (repeatable). Nowhere else can it write.",
-)
-@click.option(
-    "--image",
-    default=None,
-    help="With --format controller (and required there): the controller image, pinned by digest "
-    "(docs/gitops.md says how to build it).",
-)
-@click.option(
-    "--force",
-    is_flag=True,
-    help="Render a profile that does not fit its GPUs (exit 3 otherwise); the verdict goes into the objects' "
-    "annotations.",
-)
-@cli_options.handles_errors
-def render(
-    profile_path: str | None,
-    sets: tuple[str, ...],
-    out_dir: str | None,
-    output_format: str,
-    fmt: str,
-    controller_namespace: str,
-    watch_namespaces: tuple[str, ...],
-    image: str | None,
-    force: bool,
-) -> None:
-    """Render deterministic manifests (GitOps), Helm values, the RBAC deployctl needs, or the InferenceProfile
-    object and its CRD."""
-    from orchestrator.render import manifests as render_mod
-
-    if out_dir and output_format != "yaml":
-        raise errors.UsageError(
-            f"--output-dir writes YAML files; drop -o {output_format}, or drop --output-dir to print "
-            f"{output_format} to stdout"
-        )
-    emit = _Emitter(out_dir, output_format)
-    if fmt == "crd":
-        from orchestrator.controller import crd
-
-        emit.objects([crd.definition()])
-        return
-    if fmt == "controller":
-        if image is None:
-            raise errors.UsageError(
-                "render --format controller needs --image REGISTRY/deployctl-controller@sha256:…, the digest of "
-                "the image built from the Containerfile (docs/gitops.md)"
-            )
-        emit.objects(render_mod.controller(controller_namespace, image, watch_namespaces))
-        return
-    if fmt == "controller-namespace":
-        emit.objects(render_mod.controller_namespace(controller_namespace, watch_namespaces))
-        return
-    if fmt in ("policy-crd", "admission"):
-        from orchestrator.controller import crd
-        from orchestrator.policy import admission
-
-        emit.objects([crd.policy_definition()] if fmt == "policy-crd" else admission.objects())
-        return
-    if profile_path is None:
-        raise errors.UsageError(f"render --format {fmt} needs a PROFILE (a profile file or an InferenceProfile object)")
-    prof = _load(profile_path, sets)
-    plan = _checked(prof, allow_unfit=force)
-    if not plan.fits:
-        problems = " ".join(f.message for f in plan.findings if f.severity == "error")
-        click.echo(output.paint("warning: ", "yellow", sys.stderr) + f"rendered with --force: {problems}", err=True)
-    if fmt == "helm-values":
-        values = render_mod.helm_values(prof, plan)
-        text = output.emit(values, output_format) + "\n"
-        if out_dir:
-            path = pathlib.Path(out_dir)
-            path.mkdir(parents=True, exist_ok=True)
-            (path / "values.yaml").write_text(text)
-            click.echo(f"wrote {path / 'values.yaml'}", err=True)
-        else:
-            click.echo(text, nl=False)
-        return
-    if fmt == "object":
-        from orchestrator.profile import model as profile_mod
-
-        emit.objects([profile_mod.to_object(prof)])
-        return
-    key_secret = prof.gate.apiKeySecret.name if prof.gate.apiKeySecret else None
-    objects = render_mod.render(prof, plan)
-    if fmt == "rbac":
-        # The Role grants what this profile's objects need: no RayCluster writes for a single-node profile.
-        kinds = {o["kind"] for o in objects}
-        objects = render_mod.rbac(prof.metadata.namespace, api_key_secret=key_secret, kinds=kinds)
-    emit.objects(objects)
-
-
-class _Emitter:
-    """Where render's objects go: files under --output-dir, a YAML stream, or one JSON v1 List."""
-
-    def __init__(self, out_dir: str | None, output_format: str) -> None:
-        self.out_dir = out_dir
-        self.output_format = output_format
-
-    def objects(self, objects: list[dict[str, Any]]) -> None:
-        from orchestrator.render import manifests as render_mod
-
-        if self.out_dir:
-            for written in render_mod.write(objects, pathlib.Path(self.out_dir)):
-                click.echo(f"wrote {written}", err=True)
-        elif self.output_format == "json":
-            click.echo(output.emit({"apiVersion": "v1", "kind": "List", "items": objects}, "json"))
-        else:
-            click.echo(render_mod.to_yaml(objects), nl=False)
 
 
 # --- cluster commands -------------------------------------------------------------------------------
@@ -419,7 +258,7 @@ def rollback(name: str, output_format: str, **given: object) -> None:
 @bench_cli.options
 @cli_options.output_option(("text", "json"), "text", aliases={"table": "text"})
 @cli_options.handles_errors
-def bench_cmd(output_format: str, **options: Any) -> None:
+def bench_cmd(output_format: str, **options: Unpack[bench_cli.BenchOptions]) -> None:
     """The smoke benchmark alone (vLLM `bench serve` metric names, and its flag names too).
 
     Exits 5 when nothing could be measured, no request completed, or the error rate is above
@@ -488,6 +327,7 @@ for _command in (
     cli_views.diff,
     cli_views.inventory,
     cli_views.audit,
+    cli_render.render,
     cli_schema.schema,
     cli_uninstall.uninstall,
     cli_flags.engine_flags,

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pathlib
 import sys
-from typing import Any
+from collections.abc import Mapping
 
 import click
 
@@ -52,7 +52,7 @@ def history(name: str, output_format: str, **given: object) -> None:
     )
 
 
-def _kv(check: dict[str, Any]) -> str:
+def _kv(check: Mapping[str, object]) -> str:
     """KV tokens planned/observed, in thousands: `1007k/1012k`; `-` for what is unknown."""
 
     def k(value: object) -> str:
@@ -61,10 +61,11 @@ def _kv(check: dict[str, Any]) -> str:
     return f"{k(check.get('kv_tokens_planned'))}/{k(check.get('kv_tokens_observed'))}"
 
 
-def _actor(actor: dict[str, Any]) -> str:
+def _actor(actor: Mapping[str, object]) -> str:
     """The user, and the CI job when there was one (e.g. `ci-bot (github run 42)`)."""
-    ci = actor.get("ci") or {}
-    job = next((f"{k.lower()}={v}" for k, v in ci.items() if k.endswith(("RUN_ID", "JOB_ID", "BUILD_ID"))), "")
+    ci = actor.get("ci")
+    jobs = ci.items() if isinstance(ci, Mapping) else ()
+    job = next((f"{k.lower()}={v}" for k, v in jobs if k.endswith(("RUN_ID", "JOB_ID", "BUILD_ID"))), "")
     return f"{actor.get('user', '?')}" + (f" ({job})" if job else "")
 
 
