@@ -1,11 +1,12 @@
-"""The cluster commands' options model: one pydantic field per option, generated into click.
+"""The cluster commands' options model: one declaration per option, generated into click, validated by pydantic.
 
-A field's description is the ``--help`` text and its default the flag's; a value the model refuses
-is a usage error naming the flag, never a pydantic traceback.
+An option's help is the ``--help`` text and its default the flag's; a value the model refuses is a
+usage error naming the flag, never a pydantic traceback.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Annotated
 
 import click
@@ -36,25 +37,36 @@ def test_each_field_is_an_option_with_its_description_and_default(
     command: click.Command, model: type[params.CommandOptions]
 ) -> None:
     options = options_of(command)
-    for name, field in model.model_fields.items():
-        assert options[name].help == field.description
-        if field.default not in (None, False, ()):
-            assert options[name].default == field.default and options[name].show_default
+    for field in dataclasses.fields(model):
+        spec = params.option_of(model, field.name)
+        assert spec is not None and options[field.name].help == spec.help
+        assert options[field.name].opts == list(spec.decls)
+        if spec.default not in (None, False, ()):
+            assert options[field.name].default == spec.default and options[field.name].show_default
 
 
 def test_apply_and_gate_share_their_options_and_apply_adds_the_writes() -> None:
-    gate, apply = list(params.Gate.model_fields), list(params.Apply.model_fields)
+    gate = [f.name for f in dataclasses.fields(params.Gate)]
+    apply = [f.name for f in dataclasses.fields(params.Apply)]
     assert apply[: len(gate)] == gate
     assert apply[len(gate) :] == ["no_rollback", "create_namespace", "adopt", "dry_run"]
 
 
 def test_parse_gives_the_typed_model() -> None:
     opts = params.Apply.parse({"lock_ttl": 90, "verify_keys": ("a.pem",), "dry_run": True})
+    assert isinstance(opts, params.Apply)
     assert (opts.lock_ttl, opts.verify_keys, opts.dry_run, opts.no_rollback) == (90, ("a.pem",), True, False)
 
 
+def test_parse_refuses_an_option_the_model_does_not_have() -> None:
+    with pytest.raises(click.BadParameter) as refused:
+        params.Gate.parse({"adopt": True})
+    assert refused.value.format_message() == "Invalid value for 'adopt': Unexpected keyword argument"
+
+
+@dataclasses.dataclass(frozen=True)
 class _Picky(params.CommandOptions):
-    workers: Annotated[int, params.flag("-w", "--workers"), pydantic.Field(ge=1, description="Workers.")] = 1
+    workers: Annotated[int, pydantic.Field(ge=1)] = params.option("-w", "--workers", default=1, help="Workers.").field()
 
 
 def test_a_refused_value_is_a_usage_error_naming_the_flag_not_a_traceback() -> None:
