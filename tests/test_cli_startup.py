@@ -54,3 +54,13 @@ def test_commands_without_a_cluster_do_not_import_kubernetes_httpx_or_jinja2(arg
 def test_help_does_not_build_the_profile_models() -> None:
     # The profile's pydantic models are most of validate's start-up; --help lists commands only.
     assert "orchestrator.profile.model" not in modules_of("--help")
+
+
+@pytest.mark.parametrize("module", ["orchestrator", "orchestrator.cli"])
+def test_python_dash_m_runs_deployctl(module: str) -> None:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.run(
+        [sys.executable, "-m", module, "--version"], capture_output=True, text=True, timeout=120, cwd=ROOT, env=env
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith("deployctl, version ")
