@@ -69,12 +69,16 @@ class _Picky(params.CommandOptions):
     workers: Annotated[int, pydantic.Field(ge=1)] = params.option("-w", "--workers", default=1, help="Workers.").field()
 
 
-def test_a_refused_value_is_a_usage_error_naming_the_flag_not_a_traceback() -> None:
-    @click.command()
-    @params.click_options(_Picky)
-    def picky(**given: object) -> None:
-        _Picky.parse(given)
+def test_the_command_gets_its_options_parsed_and_a_refused_value_is_a_usage_error_naming_the_flag() -> None:
+    got: list[_Picky] = []
 
+    @click.command()
+    @params.takes(_Picky)
+    def picky(opts: _Picky) -> None:
+        got.append(opts)
+
+    assert click.testing.CliRunner().invoke(picky, ["-w", "3"]).exit_code == 0
+    assert got == [_Picky(workers=3)]
     result = click.testing.CliRunner().invoke(picky, ["--workers", "0"])
     assert result.exit_code == 2, result.output
     assert "Invalid value for '-w/--workers'" in result.output and "greater than or equal to 1" in result.output

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import datetime
 import sys
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import click
@@ -27,6 +28,8 @@ from orchestrator.errors import ExitCode
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
+
+    from orchestrator.apply import outcome as outcome_mod
 
 VERSION = orchestrator.__version__
 SUPPORTED_KUBERNETES = "1.30 – 1.37"
@@ -127,40 +130,38 @@ def plan(
 # --- cluster commands -------------------------------------------------------------------------------
 
 
+def _follow(run: Callable[[output.Progress], outcome_mod.Outcome], output_format: str) -> None:
+    """Run an apply, gate or rollback sequence with its progress shown, print how it ended and exit."""
+    progress = output.Progress()
+    outcome = run(progress)
+    progress.finish_line()
+    cli_options.finish(outcome, output_format)
+
+
 @main.command()
 @cli_options.profile_argument()
-@cli_params.click_options(cli_params.Apply)
+@cli_params.takes(cli_params.Apply)
 @cli_options.output_option()
 @cli_options.handles_errors
-def apply(profile_path: str, output_format: str, **given: object) -> None:
+def apply(profile_path: str, output_format: str, opts: cli_params.Apply) -> None:
     """Plan, preflight, lock, apply, watch, gate and record — or roll back."""
     from orchestrator.apply import pipeline
 
-    opts = cli_params.Apply.parse(given)
-    where = cli_options.resolve_namespace(opts.namespace, opts.kubeconfig, opts.context)
-    loaded = cli_options.load_profile(profile_path, opts.sets, where)
-    progress = output.Progress(quiet=False)
-    outcome = pipeline.apply(loaded.profile, loaded.text, opts.pipeline_options(), progress)
-    progress.finish_line()
-    cli_options.finish(outcome, output_format)
+    loaded, options = cli_params.load(opts, profile_path), opts.pipeline_options()
+    _follow(lambda progress: pipeline.apply(loaded.profile, loaded.text, options, progress), output_format)
 
 
 @main.command("gate")
 @cli_options.profile_argument()
-@cli_params.click_options(cli_params.Gate)
+@cli_params.takes(cli_params.Gate)
 @cli_options.output_option()
 @cli_options.handles_errors
-def gate_cmd(profile_path: str, output_format: str, **given: object) -> None:
+def gate_cmd(profile_path: str, output_format: str, opts: cli_params.Gate) -> None:
     """GitOps: wait for the synced Deployment to carry this profile, then health + smoke gate and record."""
     from orchestrator.apply import gitops
 
-    opts = cli_params.Gate.parse(given)
-    where = cli_options.resolve_namespace(opts.namespace, opts.kubeconfig, opts.context)
-    loaded = cli_options.load_profile(profile_path, opts.sets, where)
-    progress = output.Progress()
-    outcome = gitops.gate(loaded.profile, loaded.text, opts.pipeline_options(), progress)
-    progress.finish_line()
-    cli_options.finish(outcome, output_format)
+    loaded, options = cli_params.load(opts, profile_path), opts.pipeline_options()
+    _follow(lambda progress: gitops.gate(loaded.profile, loaded.text, options, progress), output_format)
 
 
 @main.command()
@@ -239,19 +240,16 @@ def controller(
 
 @main.command()
 @click.argument("name")
-@cli_params.click_options(cli_params.Rollback)
+@cli_params.takes(cli_params.Rollback)
 @cli_options.output_option()
 @cli_options.handles_errors
-def rollback(name: str, output_format: str, **given: object) -> None:
+def rollback(name: str, output_format: str, opts: cli_params.Rollback) -> None:
     """Re-apply an earlier revision's stored manifests (needs only a kubeconfig and, for signed records, a key)."""
     from orchestrator.apply import pipeline
 
-    opts = cli_params.Rollback.parse(given)
     namespace = cli_options.resolve_namespace(opts.namespace, opts.kubeconfig, opts.context).name
-    progress = output.Progress()
-    outcome = pipeline.rollback(name, namespace, opts.to, opts.pipeline_options(), progress)
-    progress.finish_line()
-    cli_options.finish(outcome, output_format)
+    options = opts.pipeline_options()
+    _follow(lambda progress: pipeline.rollback(name, namespace, opts.to, options, progress), output_format)
 
 
 @main.command("bench")

@@ -124,6 +124,22 @@ def click_options(model: type[CommandOptions]) -> Callable[[F], F]:
     return decorate
 
 
+def takes(model: type[CommandOptions]) -> Callable[[Callable[..., None]], Callable[..., None]]:
+    """The decorator adding ``model``'s options to a command, which gets them parsed as ``opts``."""
+
+    def decorate(fn: Callable[..., None]) -> Callable[..., None]:
+        names = [field.name for field in dataclasses.fields(model)]
+
+        @functools.wraps(fn)
+        def wrapper(*args: object, **kwargs: object) -> None:
+            given = {name: kwargs.pop(name) for name in names}
+            fn(*args, opts=model.parse(given), **kwargs)
+
+        return click_options(model)(wrapper)
+
+    return decorate
+
+
 # --- the options, each declared once --------------------------------------------------------------
 
 NAMESPACE_HELP = "Namespace (default: $DEPLOYCTL_NAMESPACE, else the context's, else default)."
@@ -221,15 +237,7 @@ class Gate(CommandOptions):
     lock_ttl: int = LOCK_TTL_OPTION.field()
 
     def pipeline_options(self) -> pipeline.Options:
-        base = cli_options.options(self.kubeconfig, self.context, self.signing_key, self.verify_keys)
-        return dataclasses.replace(
-            base,
-            endpoint=self.endpoint,
-            allowed_gate_hosts=self.allow_gate_hosts,
-            skip_bench=self.skip_bench,
-            timeout=self.timeout,
-            lock_ttl=self.lock_ttl,
-        )
+        return dataclasses.replace(_watching(self), skip_bench=self.skip_bench)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -283,14 +291,19 @@ class Rollback(CommandOptions):
     verify_keys: tuple[str, ...] = VERIFY_KEYS.field()
 
     def pipeline_options(self) -> pipeline.Options:
-        base = cli_options.options(self.kubeconfig, self.context, self.signing_key, self.verify_keys)
-        return dataclasses.replace(
-            base,
-            endpoint=self.endpoint,
-            allowed_gate_hosts=self.allow_gate_hosts,
-            timeout=self.timeout,
-            lock_ttl=self.lock_ttl,
-        )
+        return _watching(self)
+
+
+def _watching(opts: Gate | Rollback) -> pipeline.Options:
+    """The pipeline's Options of a command that watches and gates a rollout under the release lock."""
+    base = cli_options.options(opts.kubeconfig, opts.context, opts.signing_key, opts.verify_keys)
+    return dataclasses.replace(
+        base,
+        endpoint=opts.endpoint,
+        allowed_gate_hosts=opts.allow_gate_hosts,
+        timeout=opts.timeout,
+        lock_ttl=opts.lock_ttl,
+    )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -313,6 +326,12 @@ class Release(CommandOptions):
 
     def resolved_namespace(self) -> str:
         return cli_options.resolve_namespace(self.namespace, self.kubeconfig, self.context).name
+
+
+def load(opts: Gate | Diff, profile_path: str) -> cli_options.Loaded:
+    """PROFILE with ``--set``, in the namespace ``-n`` (or the environment, or the context) gives."""
+    where = cli_options.resolve_namespace(opts.namespace, opts.kubeconfig, opts.context)
+    return cli_options.load_profile(profile_path, opts.sets, where)
 
 
 def connection(opts: Diff | Release) -> pipeline.Options:

@@ -20,14 +20,13 @@ from orchestrator.errors import ExitCode
 
 @click.command()
 @click.argument("name")
-@cli_params.click_options(cli_params.Release)
+@cli_params.takes(cli_params.Release)
 @cli_options.output_option()
 @cli_options.handles_errors
-def history(name: str, output_format: str, **given: object) -> None:
+def history(name: str, output_format: str, opts: cli_params.Release) -> None:
     """The release's revisions: status, description, when, who."""
     from orchestrator.apply import views
 
-    opts = cli_params.Release.parse(given)
     rows = views.history(cli_params.connection(opts), name, opts.resolved_namespace())
     if output_format != "text":
         click.echo(output.emit(rows, output_format))
@@ -77,14 +76,13 @@ def _short_image(image: str) -> str:
 
 @click.command()
 @click.argument("name")
-@cli_params.click_options(cli_params.Release)
+@cli_params.takes(cli_params.Release)
 @cli_options.output_option()
 @cli_options.handles_errors
-def status(name: str, output_format: str, **given: object) -> None:
+def status(name: str, output_format: str, opts: cli_params.Release) -> None:
     """Live revision, pods (ready, node, GPUs), last failure and gate result."""
     from orchestrator.apply import views
 
-    opts = cli_params.Release.parse(given)
     data = views.status(cli_params.connection(opts), name, opts.resolved_namespace())
     if output_format != "text":
         click.echo(output.emit(data, output_format))
@@ -94,10 +92,10 @@ def status(name: str, output_format: str, **given: object) -> None:
 
 @click.command()
 @cli_options.profile_argument()
-@cli_params.click_options(cli_params.Diff)
+@cli_params.takes(cli_params.Diff)
 @cli_options.output_option(help="text: a unified diff; json/yaml: each object's change and diff.")
 @cli_options.handles_errors
-def diff(profile_path: str, output_format: str, **given: object) -> None:
+def diff(profile_path: str, output_format: str, opts: cli_params.Diff) -> None:
     """Server-side dry-run against the live objects, as a unified diff.
 
     Exit 0: no changes; 11: changes (kubectl diff's 1, moved: 1 is a usage error here); others: errors.
@@ -105,9 +103,7 @@ def diff(profile_path: str, output_format: str, **given: object) -> None:
     from orchestrator.apply import views
     from orchestrator.plan import planner
 
-    opts = cli_params.Diff.parse(given)
-    ns = cli_options.resolve_namespace(opts.namespace, opts.kubeconfig, opts.context)
-    prof = cli_options.load_profile(profile_path, opts.sets, ns).profile
+    prof = cli_params.load(opts, profile_path).profile
     plan = planner.check(prof)
     objects = views.diff_objects(cli_params.connection(opts), prof, plan)
     changed = any(o["change"] != "unchanged" for o in objects)
