@@ -5,8 +5,9 @@ One vocabulary for ``-o/--output`` (text, json, yaml), durations written as ``90
 the namespace rule (``-n``, else ``DEPLOYCTL_NAMESPACE``, else the kubeconfig context's, else
 ``default``), a PROFILE argument that reads ``-`` from standard input and completes file paths,
 ``--set key=value`` overrides, and ``DEPLOYCTL_<COMMAND>_<OPTION>`` environment variables named
-after the flag a user types rather than click's parameter name. The commands themselves live in
-``orchestrator.cli`` and ``orchestrator.cli.views``.
+after the flag a user types rather than click's parameter name. The cluster options the commands
+share (``--kubeconfig``, ``-n``, ``--set``, the signing keys, ...) are declared in
+``orchestrator.cli.params``; the commands live in ``orchestrator.cli.app`` and its siblings.
 """
 
 from __future__ import annotations

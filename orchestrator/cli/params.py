@@ -3,10 +3,10 @@ by pydantic.
 
 An :class:`Option` holds what a user sees of one option: its flag names, default and ``--help``
 text, and how click parses it. A command's options are a frozen dataclass whose fields are such
-options, in ``--help`` order (apply adds its own to gate's); :func:`click_options` turns the class
-into click options, and :meth:`CommandOptions.parse` validates what click parsed with pydantic,
-whose ``ValidationError`` becomes a usage error that names the flag (guidellm's
-``utils/click_pydantic.py`` does the same). The classes are stdlib dataclasses, not pydantic
+options, in ``--help`` order (apply adds its own to gate's); :func:`takes` adds the class's click
+options to a command and hands the command one typed object, which :meth:`CommandOptions.parse`
+validates with pydantic, a ``ValidationError`` becoming a usage error that names the flag
+(guidellm's ``utils/click_pydantic.py`` does the same). The classes are stdlib dataclasses, not pydantic
 models: `deployctl --help` builds every command's options at start-up, and importing pydantic then
 would cost about as much as the rest of its imports together; pydantic is imported when a command
 parses its options.
