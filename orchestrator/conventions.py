@@ -11,7 +11,14 @@ import decimal
 import math
 import re
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Literal
+
+# --- the OpenAI-compatible API paths the smoke benchmark sends to ----------------------------------
+# Here, not in gate.workload, so `deployctl bench`'s options name them without importing the gate.
+Endpoint = Literal["/v1/chat/completions", "/v1/completions"]
+CHAT_PATH: Endpoint = "/v1/chat/completions"
+COMPLETIONS_PATH: Endpoint = "/v1/completions"  # what `vllm bench serve --endpoint` defaults to
+ENDPOINTS = (CHAT_PATH, COMPLETIONS_PATH)
 
 # --- labels and annotations ----------------------------------------------------------------------
 

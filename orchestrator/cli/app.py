@@ -7,9 +7,9 @@ the commands that need them, so ``validate`` and ``plan`` start fast on a laptop
 from __future__ import annotations
 
 import datetime
-import pathlib
 import sys
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import click
 
@@ -19,17 +19,20 @@ from orchestrator.cli import bench as bench_cli
 from orchestrator.cli import flags as cli_flags
 from orchestrator.cli import keys as cli_keys
 from orchestrator.cli import options as cli_options
+from orchestrator.cli import params as cli_params
+from orchestrator.cli import render as cli_render
 from orchestrator.cli import schema as cli_schema
 from orchestrator.cli import uninstall as cli_uninstall
 from orchestrator.cli import views as cli_views
 from orchestrator.errors import ExitCode
 
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
+
+    from orchestrator.apply import outcome as outcome_mod
+
 VERSION = orchestrator.__version__
 SUPPORTED_KUBERNETES = "1.30 – 1.37"
-
-
-def _load(path: str, sets: tuple[str, ...] = (), namespace: cli_options.Namespace | None = None) -> Any:
-    return cli_options.load_profile(path, sets, namespace).profile
 
 
 @click.group(
@@ -45,22 +48,17 @@ def main(ctx: click.Context) -> None:
 # --- profile commands (no cluster) ----------------------------------------------------------------
 
 
-def _checked(prof: Any, *, allow_unfit: bool = False) -> Any:
-    """The plan, or the refusal every command gives for the profile (planner.check owns the verdict)."""
-    from orchestrator.plan import planner
-
-    return planner.check(prof, allow_unfit=allow_unfit)
-
-
 @main.command()
 @cli_options.profile_argument()
-@cli_options.set_option
+@cli_params.set_option
 @cli_options.output_option()
 @cli_options.handles_errors
 def validate(profile_path: str, sets: tuple[str, ...], output_format: str) -> None:
     """Check a profile's schema and VRAM math; no cluster needed."""
-    prof = _load(profile_path, sets)
-    plan = _checked(prof, allow_unfit=True)
+    from orchestrator.plan import planner
+
+    prof = cli_options.load_profile(profile_path, sets).profile
+    plan = planner.check(prof, allow_unfit=True)
     data = {
         "profile": prof.source,
         "valid": True,
@@ -84,7 +82,7 @@ def validate(profile_path: str, sets: tuple[str, ...], output_format: str) -> No
 
 @main.command()
 @cli_options.profile_argument()
-@cli_options.set_option
+@cli_params.set_option
 @click.option(
     "--calibrate-from",
     "release",
@@ -92,8 +90,8 @@ def validate(profile_path: str, sets: tuple[str, ...], output_format: str) -> No
     help="Correct the memory the model does not explain by what this release's vLLM logged at start-up "
     "(same model, GPU, vLLM version, TP and PP; needs the cluster).",
 )
-@cli_options.namespace_option("The --calibrate-from release's (default: the profile's namespace, see docs/cli.md).")
-@cli_options.cluster_options
+@cli_params.namespace_option("The --calibrate-from release's (default: the profile's namespace, see docs/cli.md).")
+@cli_params.cluster_options
 @cli_options.output_option(aliases={"table": "text"})
 @cli_options.handles_errors
 def plan(
@@ -115,12 +113,12 @@ def plan(
         # The release is looked for where -n says, else where the profile lives (its own namespace,
         # else DEPLOYCTL_NAMESPACE, the context's, default): a release may be calibrated from another namespace.
         where = None if namespace else cli_options.resolve_namespace(None, kubeconfig, context)
-        prof = _load(profile_path, sets, where)
+        prof = cli_options.load_profile(profile_path, sets, where).profile
         release_ns = namespace or prof.metadata.namespace
         opts = cli_options.options(kubeconfig=kubeconfig, context=context)
         calibration = views.calibration(opts, release, release_ns, prof)
     else:
-        prof = _load(profile_path, sets)
+        prof = cli_options.load_profile(profile_path, sets).profile
     p = planner.check(prof, allow_unfit=True, calibration=calibration)
     if output_format == "text":
         click.echo(planview.render_table(prof, p, color=output.color_enabled(sys.stdout)))
@@ -129,299 +127,45 @@ def plan(
     sys.exit(int(ExitCode.OK if p.fits else ExitCode.DOES_NOT_FIT))
 
 
-@main.command()
-@cli_options.profile_argument(required=False)
-@cli_options.set_option
-@click.option("--output-dir", "out_dir", type=click.Path(file_okay=False), help="Write one YAML file per object here.")
-@cli_options.renamed_option("--out", "--output-dir")
-@cli_options.output_option(
-    ("yaml", "json"),
-    "yaml",
-    old_meaning="write files with --output-dir {value}",
-    help="yaml: a multi-document stream; json: one v1 List (helm-values: the values as JSON).",
-)
-@click.option(
-    "--format",
-    "fmt",
-    type=click.Choice(
-        [
-            "manifests",
-            "helm-values",
-            "rbac",
-            "object",
-            "crd",
-            "controller",
-            "controller-namespace",
-            "policy-crd",
-            "admission",
-        ]
-    ),
-    default="manifests",
-    show_default=True,
-    help="Kubernetes manifests; values for charts/vllm-inference; the RBAC deployctl itself needs; the profile "
-    "as an InferenceProfile object; the InferenceProfile CustomResourceDefinition; `deployctl controller` "
-    "in the cluster; the Role and RoleBinding that opt namespaces in to it; the InferencePolicy "
-    "CustomResourceDefinition; or the policy's ValidatingAdmissionPolicy, its binding and the default "
-    "InferencePolicy (all but the first four need no PROFILE).",
-)
-@click.option(
-    "--controller-namespace",
-    default="deployctl-system",
-    show_default=True,
-    help="With --format controller or controller-namespace: where the controller runs.",
-)
-@click.option(
-    "--watch-namespace",
-    "watch_namespaces",
-    multiple=True,
-    help="With --format controller or controller-namespace (required there): a namespace the controller may "
-    "deploy in, given a Role and RoleBinding there (repeatable). Nowhere else can it write.",
-)
-@click.option(
-    "--image",
-    default=None,
-    help="With --format controller (and required there): the controller image, pinned by digest "
-    "(docs/gitops.md says how to build it).",
-)
-@click.option(
-    "--force",
-    is_flag=True,
-    help="Render a profile that does not fit its GPUs (exit 3 otherwise); the verdict goes into the objects' "
-    "annotations.",
-)
-@cli_options.handles_errors
-def render(
-    profile_path: str | None,
-    sets: tuple[str, ...],
-    out_dir: str | None,
-    output_format: str,
-    fmt: str,
-    controller_namespace: str,
-    watch_namespaces: tuple[str, ...],
-    image: str | None,
-    force: bool,
-) -> None:
-    """Render deterministic manifests (GitOps), Helm values, the RBAC deployctl needs, or the InferenceProfile
-    object and its CRD."""
-    from orchestrator.render import manifests as render_mod
-
-    if out_dir and output_format != "yaml":
-        raise errors.UsageError(
-            f"--output-dir writes YAML files; drop -o {output_format}, or drop --output-dir to print "
-            f"{output_format} to stdout"
-        )
-    emit = _Emitter(out_dir, output_format)
-    if fmt == "crd":
-        from orchestrator.controller import crd
-
-        emit.objects([crd.definition()])
-        return
-    if fmt == "controller":
-        if image is None:
-            raise errors.UsageError(
-                "render --format controller needs --image REGISTRY/deployctl-controller@sha256:…, the digest of "
-                "the image built from the Containerfile (docs/gitops.md)"
-            )
-        emit.objects(render_mod.controller(controller_namespace, image, watch_namespaces))
-        return
-    if fmt == "controller-namespace":
-        emit.objects(render_mod.controller_namespace(controller_namespace, watch_namespaces))
-        return
-    if fmt in ("policy-crd", "admission"):
-        from orchestrator.controller import crd
-        from orchestrator.policy import admission
-
-        emit.objects([crd.policy_definition()] if fmt == "policy-crd" else admission.objects())
-        return
-    if profile_path is None:
-        raise errors.UsageError(f"render --format {fmt} needs a PROFILE (a profile file or an InferenceProfile object)")
-    prof = _load(profile_path, sets)
-    plan = _checked(prof, allow_unfit=force)
-    if not plan.fits:
-        problems = " ".join(f.message for f in plan.findings if f.severity == "error")
-        click.echo(output.paint("warning: ", "yellow", sys.stderr) + f"rendered with --force: {problems}", err=True)
-    if fmt == "helm-values":
-        values = render_mod.helm_values(prof, plan)
-        text = output.emit(values, output_format) + "\n"
-        if out_dir:
-            path = pathlib.Path(out_dir)
-            path.mkdir(parents=True, exist_ok=True)
-            (path / "values.yaml").write_text(text)
-            click.echo(f"wrote {path / 'values.yaml'}", err=True)
-        else:
-            click.echo(text, nl=False)
-        return
-    if fmt == "object":
-        from orchestrator.profile import model as profile_mod
-
-        emit.objects([profile_mod.to_object(prof)])
-        return
-    key_secret = prof.gate.apiKeySecret.name if prof.gate.apiKeySecret else None
-    objects = render_mod.render(prof, plan)
-    if fmt == "rbac":
-        # The Role grants what this profile's objects need: no RayCluster writes for a single-node profile.
-        kinds = {o["kind"] for o in objects}
-        objects = render_mod.rbac(prof.metadata.namespace, api_key_secret=key_secret, kinds=kinds)
-    emit.objects(objects)
-
-
-class _Emitter:
-    """Where render's objects go: files under --output-dir, a YAML stream, or one JSON v1 List."""
-
-    def __init__(self, out_dir: str | None, output_format: str) -> None:
-        self.out_dir = out_dir
-        self.output_format = output_format
-
-    def objects(self, objects: list[dict[str, Any]]) -> None:
-        from orchestrator.render import manifests as render_mod
-
-        if self.out_dir:
-            for written in render_mod.write(objects, pathlib.Path(self.out_dir)):
-                click.echo(f"wrote {written}", err=True)
-        elif self.output_format == "json":
-            click.echo(output.emit({"apiVersion": "v1", "kind": "List", "items": objects}, "json"))
-        else:
-            click.echo(render_mod.to_yaml(objects), nl=False)
-
-
 # --- cluster commands -------------------------------------------------------------------------------
 
 
-def _apply_like(fn: Any) -> Any:
-    fn = click.option(
-        "--lock-ttl",
-        type=cli_options.Duration(5, 3600, integer=True),
-        default=60,
-        show_default=True,
-        help="How long before a lock left by a killed deployctl may be taken over (60, 90s, 5m).",
-    )(fn)
-    fn = click.option(
-        "--timeout",
-        type=cli_options.Duration(1),
-        help="Overall rollout deadline: 90s, 10m, 1h30m or seconds (default: rollout.progressDeadlineSeconds).",
-    )(fn)
-    fn = cli_options.namespace_option("Namespace when the profile has no metadata.namespace (see docs/cli.md).")(fn)
-    fn = cli_options.set_option(fn)
-    fn = click.option("--skip-bench", is_flag=True, help="Skip the smoke benchmark; gate on /health only.")(fn)
-    fn = click.option("--endpoint", help="Reach the server here instead of port-forwarding to each pod.")(fn)
-    fn = cli_options.allow_gate_host_option(fn)
-    fn = cli_options.cluster_options(fn)
-    fn = cli_options.signing_options(fn)
-    return fn
+def _follow(run: Callable[[output.Progress], outcome_mod.Outcome], output_format: str) -> None:
+    """Run an apply, gate or rollback sequence with its progress shown, print how it ended and exit."""
+    progress = output.Progress()
+    outcome = run(progress)
+    progress.finish_line()
+    cli_options.finish(outcome, output_format)
 
 
 @main.command()
 @cli_options.profile_argument()
-@_apply_like
-@click.option("--no-rollback", is_flag=True, help="Leave a failed revision in place for debugging.")
-@click.option("--create-namespace", is_flag=True, help="Create the profile's namespace if it is missing.")
-@click.option(
-    "--adopt",
-    is_flag=True,
-    help="Take over existing objects named like the release but without its label (recorded); check them first.",
-)
-@click.option(
-    "--dry-run",
-    is_flag=True,
-    help="Plan, preflight and a server-side dry-run apply: say what would happen, write nothing.",
-)
+@cli_params.takes(cli_params.Apply)
 @cli_options.output_option()
 @cli_options.handles_errors
-def apply(
-    profile_path: str,
-    sets: tuple[str, ...],
-    namespace: str | None,
-    kubeconfig: str | None,
-    context: str | None,
-    endpoint: str | None,
-    allow_gate_hosts: tuple[str, ...],
-    skip_bench: bool,
-    timeout: float | None,
-    lock_ttl: int,
-    no_rollback: bool,
-    create_namespace: bool,
-    adopt: bool,
-    dry_run: bool,
-    output_format: str,
-    signing_key: str | None,
-    verify_keys: tuple[str, ...],
-) -> None:
+def apply(profile_path: str, output_format: str, opts: cli_params.Apply) -> None:
     """Plan, preflight, lock, apply, watch, gate and record — or roll back."""
     from orchestrator.apply import pipeline
 
-    loaded = cli_options.load_profile(profile_path, sets, cli_options.resolve_namespace(namespace, kubeconfig, context))
-    progress = output.Progress(quiet=False)
-    outcome = pipeline.apply(
-        loaded.profile,
-        loaded.text,
-        cli_options.options(
-            kubeconfig=kubeconfig,
-            context=context,
-            endpoint=endpoint,
-            allowed_gate_hosts=allow_gate_hosts,
-            rollback=not no_rollback,
-            skip_bench=skip_bench,
-            timeout=timeout,
-            create_namespace=create_namespace,
-            adopt=adopt,
-            dry_run=dry_run,
-            lock_ttl=lock_ttl,
-            signing_key=signing_key,
-            verify_keys=verify_keys,
-        ),
-        progress,
-    )
-    progress.finish_line()
-    cli_options.finish(outcome, output_format)
+    loaded, options = cli_params.load(opts, profile_path), opts.pipeline_options()
+    _follow(lambda progress: pipeline.apply(loaded.profile, loaded.text, options, progress), output_format)
 
 
 @main.command("gate")
 @cli_options.profile_argument()
-@_apply_like
+@cli_params.takes(cli_params.Gate)
 @cli_options.output_option()
 @cli_options.handles_errors
-def gate_cmd(
-    profile_path: str,
-    sets: tuple[str, ...],
-    namespace: str | None,
-    kubeconfig: str | None,
-    context: str | None,
-    endpoint: str | None,
-    allow_gate_hosts: tuple[str, ...],
-    skip_bench: bool,
-    timeout: float | None,
-    lock_ttl: int,
-    output_format: str,
-    signing_key: str | None,
-    verify_keys: tuple[str, ...],
-) -> None:
+def gate_cmd(profile_path: str, output_format: str, opts: cli_params.Gate) -> None:
     """GitOps: wait for the synced Deployment to carry this profile, then health + smoke gate and record."""
     from orchestrator.apply import gitops
 
-    loaded = cli_options.load_profile(profile_path, sets, cli_options.resolve_namespace(namespace, kubeconfig, context))
-    progress = output.Progress()
-    outcome = gitops.gate(
-        loaded.profile,
-        loaded.text,
-        cli_options.options(
-            kubeconfig=kubeconfig,
-            context=context,
-            endpoint=endpoint,
-            allowed_gate_hosts=allow_gate_hosts,
-            skip_bench=skip_bench,
-            timeout=timeout,
-            lock_ttl=lock_ttl,
-            signing_key=signing_key,
-            verify_keys=verify_keys,
-        ),
-        progress,
-    )
-    progress.finish_line()
-    cli_options.finish(outcome, output_format)
+    loaded, options = cli_params.load(opts, profile_path), opts.pipeline_options()
+    _follow(lambda progress: gitops.gate(loaded.profile, loaded.text, options, progress), output_format)
 
 
 @main.command()
-@cli_options.namespace_option(
+@cli_params.namespace_option(
     "Watch InferenceProfile objects in this namespace only (default: $DEPLOYCTL_NAMESPACE, else the context's, "
     "else default)."
 )
@@ -432,7 +176,7 @@ def gate_cmd(
     help="Namespace of the leader-election Lease (deployctl-controller). Default: the pod's namespace "
     "in the cluster (POD_NAMESPACE), else --namespace.",
 )
-@cli_options.cluster_options
+@cli_params.cluster_options
 @click.option("--lease-seconds", type=cli_options.Duration(5, 600, integer=True), default=15, show_default=True)
 @click.option("--resync", type=cli_options.Duration(1), default=30, show_default=True, help="Time between resyncs.")
 @click.option("--lock-ttl", type=cli_options.Duration(5, 3600, integer=True), default=60, show_default=True)
@@ -496,59 +240,23 @@ def controller(
 
 @main.command()
 @click.argument("name")
-@cli_options.namespace_option()
-@click.option("--to", "to", type=int, help="Revision to restore (default: the last good one before the live one).")
-@cli_options.cluster_options
-@click.option("--endpoint", help="Reach the server here instead of port-forwarding to each pod.")
-@cli_options.allow_gate_host_option
-@click.option("--timeout", type=cli_options.Duration(1), help="Rollout deadline: 90s, 10m, 1h30m or seconds.")
-@click.option("--lock-ttl", type=cli_options.Duration(5, 3600, integer=True), default=60, show_default=True)
-@cli_options.signing_options
+@cli_params.takes(cli_params.Rollback)
 @cli_options.output_option()
 @cli_options.handles_errors
-def rollback(
-    name: str,
-    namespace: str | None,
-    to: int | None,
-    kubeconfig: str | None,
-    context: str | None,
-    endpoint: str | None,
-    allow_gate_hosts: tuple[str, ...],
-    timeout: float | None,
-    lock_ttl: int,
-    output_format: str,
-    signing_key: str | None,
-    verify_keys: tuple[str, ...],
-) -> None:
+def rollback(name: str, output_format: str, opts: cli_params.Rollback) -> None:
     """Re-apply an earlier revision's stored manifests (needs only a kubeconfig and, for signed records, a key)."""
     from orchestrator.apply import pipeline
 
-    progress = output.Progress()
-    outcome = pipeline.rollback(
-        name,
-        cli_options.resolve_namespace(namespace, kubeconfig, context).name,
-        to,
-        cli_options.options(
-            kubeconfig=kubeconfig,
-            context=context,
-            endpoint=endpoint,
-            allowed_gate_hosts=allow_gate_hosts,
-            timeout=timeout,
-            lock_ttl=lock_ttl,
-            signing_key=signing_key,
-            verify_keys=verify_keys,
-        ),
-        progress,
-    )
-    progress.finish_line()
-    cli_options.finish(outcome, output_format)
+    namespace = cli_options.resolve_namespace(opts.namespace, opts.kubeconfig, opts.context).name
+    options = opts.pipeline_options()
+    _follow(lambda progress: pipeline.rollback(name, namespace, opts.to, options, progress), output_format)
 
 
 @main.command("bench")
 @bench_cli.options
 @cli_options.output_option(("text", "json"), "text", aliases={"table": "text"})
 @cli_options.handles_errors
-def bench_cmd(output_format: str, **options: Any) -> None:
+def bench_cmd(output_format: str, **options: Unpack[bench_cli.BenchOptions]) -> None:
     """The smoke benchmark alone (vLLM `bench serve` metric names, and its flag names too).
 
     Exits 5 when nothing could be measured, no request completed, or the error rate is above
@@ -617,6 +325,7 @@ for _command in (
     cli_views.diff,
     cli_views.inventory,
     cli_views.audit,
+    cli_render.render,
     cli_schema.schema,
     cli_uninstall.uninstall,
     cli_flags.engine_flags,

@@ -16,15 +16,17 @@ from __future__ import annotations
 import math
 import pathlib
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Protocol, TypedDict, TypeVar
 
 import click
 
-from orchestrator import errors, http
+from orchestrator import conventions, errors
 from orchestrator.cli import options as cli_options
-from orchestrator.gate import workload
 
-F = TypeVar("F", bound=Callable[..., Any])
+if TYPE_CHECKING:
+    pass
+
+F = TypeVar("F", bound=Callable[..., object])
 
 # vLLM's --dataset-name choices that mean "prompts from somewhere else": we only generate random ones.
 RANDOM_DATASET = "random"
@@ -52,7 +54,41 @@ def _metadata(ctx: click.Context, param: click.Parameter, value: tuple[str, ...]
     return pairs
 
 
-_OPTIONS: list[Callable[[Any], Any]] = [
+class BenchOptions(TypedDict):
+    """What click passes `deployctl bench` besides -o: one key per option below, by its parameter name."""
+
+    url: str
+    model: str | None
+    endpoint: str
+    api_key: str | None
+    engine: str
+    concurrency: int
+    requests_: int
+    input_tokens: int
+    output_tokens: int
+    warmup: int
+    dataset_name: str | None
+    ignore_eos: bool
+    duration: float | None
+    request_rate: float | None
+    burstiness: float
+    seed: int
+    timeout: float
+    processes: int | None
+    max_error_rate: float
+    save: str | None
+    save_result: bool
+    result_dir: str | None
+    result_filename: str | None
+    label: str | None
+    metadata: dict[str, str]
+
+
+class _Decorator(Protocol):
+    def __call__(self, fn: F, /) -> F: ...
+
+
+_OPTIONS: list[_Decorator] = [
     click.option(
         "--url",
         "--base-url",
@@ -66,8 +102,8 @@ _OPTIONS: list[Callable[[Any], Any]] = [
     ),
     click.option(
         "--endpoint",
-        type=click.Choice(workload.ENDPOINTS),
-        default=workload.CHAT_PATH,
+        type=click.Choice(conventions.ENDPOINTS),
+        default=conventions.CHAT_PATH,
         show_default=True,
         help="API path: chat messages, or a plain prompt (vLLM bench's default /v1/completions).",
     ),
@@ -169,14 +205,19 @@ def options(fn: F) -> F:
     return fn
 
 
-def run(output_format: str, opts: dict[str, Any]) -> str | None:
+def run(output_format: str, opts: BenchOptions) -> str | None:
     """Run the benchmark the options ask for, print and save its report; return why it failed, or None."""
     from orchestrator.gate import bench, vllm_result  # bench pulls in multiprocessing and pydantic models
 
     save_result = opts["save_result"]
     if not save_result:
-        stray = [f"--{n.replace('_', '-')}" for n in ("result_dir", "result_filename", "label") if opts[n]]
-        stray += ["--metadata"] if opts["metadata"] else []
+        placing = {
+            "--result-dir": opts["result_dir"],
+            "--result-filename": opts["result_filename"],
+            "--label": opts["label"],
+            "--metadata": opts["metadata"],
+        }
+        stray = [flag for flag, value in placing.items() if value]
         if stray:
             raise errors.UsageError(
                 f"{', '.join(stray)} only place the --save-result file, which was not asked for; add --save-result"
@@ -222,6 +263,8 @@ def run(output_format: str, opts: dict[str, Any]) -> str | None:
 
 def _first_model(url: str, api_key: str | None) -> str:
     """The model vLLM's benchmark picks without --model: the first that /v1/models lists."""
+    from orchestrator import http  # late: httpx is not needed to parse options
+
     try:
         models = http.served_models(url, api_key=api_key)
     except errors.EndpointError as e:

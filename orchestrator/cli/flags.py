@@ -15,7 +15,6 @@ import click
 
 from orchestrator import errors, output
 from orchestrator.cli import options as cli_options
-from orchestrator.engines import vllm_flags, vllm_help
 
 _VERSION = re.compile(r"^\d+(\.\d+){1,3}([.+-][0-9A-Za-z.+-]+)?$")
 
@@ -41,6 +40,8 @@ def import_(help_file: str, version: str) -> None:
     $DEPLOYCTL_FLAGS_DIR/vllm/VERSION.json (default ~/.config/deployctl/flags). It checks flag names,
     switches, the number of values and choices; the help text has no value types, so those are not
     checked."""
+    from orchestrator.engines import vllm_flags, vllm_help
+
     if not _VERSION.match(version):
         raise errors.UsageError(f"--vllm-version {version!r} is not a vLLM version such as 0.34.0")
     if version in vllm_flags.shipped_versions():
@@ -75,6 +76,8 @@ def import_(help_file: str, version: str) -> None:
 @cli_options.handles_errors
 def list_(output_format: str) -> None:
     """The vLLM versions with a flag table: shipped with deployctl, or imported."""
+    from orchestrator.engines import vllm_flags
+
     shipped = set(vllm_flags.shipped_versions())
     rows = [
         {

@@ -5,8 +5,9 @@ One vocabulary for ``-o/--output`` (text, json, yaml), durations written as ``90
 the namespace rule (``-n``, else ``DEPLOYCTL_NAMESPACE``, else the kubeconfig context's, else
 ``default``), a PROFILE argument that reads ``-`` from standard input and completes file paths,
 ``--set key=value`` overrides, and ``DEPLOYCTL_<COMMAND>_<OPTION>`` environment variables named
-after the flag a user types rather than click's parameter name. The commands themselves live in
-``orchestrator.cli`` and ``orchestrator.cli.views``.
+after the flag a user types rather than click's parameter name. The cluster options the commands
+share (``--kubeconfig``, ``-n``, ``--set``, the signing keys, ...) are declared in
+``orchestrator.cli.params``; the commands live in ``orchestrator.cli.app`` and its siblings.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import re
 import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, TypeAlias, TypeVar, cast
+from typing import TYPE_CHECKING, NoReturn, TypeAlias, TypeVar, cast
 
 import click
 
@@ -28,7 +29,13 @@ from orchestrator import errors, output
 from orchestrator.errors import ExitCode
 from orchestrator.profile import overrides, strictyaml, user_files
 
-F = TypeVar("F", bound=Callable[..., Any])
+if TYPE_CHECKING:
+    # Types only: at run time these modules are imported by the commands that use them (a fast start).
+    from orchestrator.apply import outcome as outcome_mod
+    from orchestrator.apply import pipeline
+    from orchestrator.profile import model as profile_mod
+
+F = TypeVar("F", bound=Callable[..., object])
 
 ENV_PREFIX = "DEPLOYCTL"
 NAMESPACE_ENV = "DEPLOYCTL_NAMESPACE"
@@ -50,20 +57,24 @@ class Group(click.Group):
     not look like one.
     """
 
-    def make_context(self, *args: Any, **kwargs: Any) -> click.Context:
+    def make_context(
+        self, info_name: str | None, args: list[str], parent: click.Context | None = None, **extra: object
+    ) -> click.Context:
         try:
-            return super().make_context(*args, **kwargs)
+            return super().make_context(info_name, args, parent, **extra)
         except click.UsageError as e:
             raise _UsageError(e.format_message(), e.ctx) from e
 
-    def invoke(self, ctx: click.Context) -> Any:
+    def invoke(self, ctx: click.Context) -> object:
         try:
             return super().invoke(ctx)
         except click.UsageError as e:
             # format_message, not .message: a missing argument keeps its text there (it was a blank "Error:")
             raise _UsageError(e.format_message(), e.ctx) from e
 
-    def resolve_command(self, ctx: click.Context, args: list[str]) -> Any:
+    def resolve_command(
+        self, ctx: click.Context, args: list[str]
+    ) -> tuple[str | None, click.Command | None, list[str]]:
         name = args[0] if args else ""
         if name and name not in self.commands and not name.startswith("-"):
             close = difflib.get_close_matches(name, list(self.commands), n=1)
@@ -84,7 +95,7 @@ class Group(click.Group):
                 formatter.write_dl(rows)
 
 
-def fail(exc: errors.DeployctlError, fmt: str = "text") -> None:
+def fail(exc: errors.DeployctlError, fmt: str = "text") -> NoReturn:
     if fmt in ("json", "yaml"):
         click.echo(output.emit({"error": exc.message, "exit_code": int(exc.exit_code)}, fmt))
     click.echo(output.paint("error: ", "red", sys.stderr) + exc.message, err=True)
@@ -95,11 +106,12 @@ def handles_errors(fn: F) -> F:
     """Every DeployctlError becomes its message and exit code; nothing else is expected to escape."""
 
     @functools.wraps(fn)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
+    def wrapper(*args: object, **kwargs: object) -> object:
         try:
             return fn(*args, **kwargs)
         except errors.DeployctlError as e:
-            fail(e, kwargs.get("output_format", "text"))
+            fmt = kwargs.get("output_format")
+            fail(e, fmt if isinstance(fmt, str) else "text")
         except KeyboardInterrupt:
             click.echo("interrupted", err=True)
             sys.exit(130)
@@ -107,38 +119,19 @@ def handles_errors(fn: F) -> F:
     return wrapper  # type: ignore[return-value]
 
 
-def options(signing_key: str | None = None, verify_keys: Sequence[str] = (), **kw: Any) -> Any:
+def options(
+    kubeconfig: str | None, context: str | None, signing_key: str | None = None, verify_keys: Sequence[str] = ()
+) -> pipeline.Options:
     """The pipeline's Options for a cluster command (imported late: it pulls in the kubernetes client),
     with the keys of ``--signing-key`` and ``--verify-key`` (docs/security.md#signed-records)."""
     from orchestrator.apply import pipeline
     from orchestrator.records import trust as record_trust
 
     keys = record_trust.load(signing_key, verify_keys)
-    return pipeline.Options(environ=dict(os.environ), keys=keys, **kw)
+    return pipeline.Options(kubeconfig=kubeconfig, context=context, environ=dict(os.environ), keys=keys)
 
 
-def signing_options(fn: F) -> F:
-    """``--signing-key`` and ``--verify-key``, for every command that reads records to write."""
-    fn = click.option(
-        "--verify-key",
-        "verify_keys",
-        multiple=True,
-        type=click.Path(dir_okay=False),
-        envvar="DEPLOYCTL_VERIFY_KEY",
-        help="A public key (PEM) whose signatures on release records are trusted; repeatable. "
-        "The signing key's own public key is always trusted.",
-    )(fn)
-    fn = click.option(
-        "--signing-key",
-        type=click.Path(dir_okay=False),
-        envvar="DEPLOYCTL_SIGNING_KEY",
-        help="Private key (PEM, from `deployctl keygen`) that signs new release records; records are then "
-        "checked against it.",
-    )(fn)
-    return fn
-
-
-def finish(outcome: Any, output_format: str) -> None:
+def finish(outcome: outcome_mod.Outcome, output_format: str) -> None:
     """Print an apply/gate/rollback outcome and exit with its code."""
     if output_format in ("json", "yaml"):
         click.echo(output.emit(outcome.to_json(), output_format))
@@ -177,7 +170,7 @@ def parse_duration(text: str) -> float:
 
 # click's ParamType is generic from 8.3; the lowest click deployctl supports (8.2) cannot subscript it.
 if TYPE_CHECKING:
-    _ParamType: TypeAlias = click.ParamType[Any, Any]
+    _ParamType: TypeAlias = click.ParamType[float, object]
 else:
     _ParamType = click.ParamType
 
@@ -195,7 +188,7 @@ class Duration(_ParamType):
     def get_metavar(self, param: click.Parameter, ctx: click.Context | None = None) -> str:
         return "DURATION"
 
-    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+    def convert(self, value: object, param: click.Parameter | None, ctx: click.Context | None) -> float:
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             seconds = float(value)
         else:
@@ -234,12 +227,12 @@ class Format(click.Choice[str]):
         self.aliases = dict(aliases or {})
         self.old_meaning = old_meaning  # e.g. "write files with --output-dir {value}": -o's meaning before
 
-    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
-        if value in self.aliases:
+    def convert(self, value: object, param: click.Parameter | None, ctx: click.Context | None) -> str:
+        if isinstance(value, str) and value in self.aliases:
             new = self.aliases[value]
             click.echo(f"warning: --output {value} is deprecated; use --output {new}", err=True)
             return new
-        if value in self.choices:
+        if isinstance(value, str) and value in self.choices:
             return value
         choices = "|".join(str(c) for c in self.choices)
         if self.old_meaning:
@@ -272,7 +265,7 @@ def output_option(
 def renamed_option(old: str, new: str) -> Callable[[F], F]:
     """A hidden ``old`` flag that fails naming its replacement, instead of click's "no such option"."""
 
-    def refuse(ctx: click.Context, param: click.Parameter, value: Any) -> None:
+    def refuse(ctx: click.Context, param: click.Parameter, value: object) -> None:
         if value is not None:
             raise click.BadParameter(f"{old} was renamed; use {new} {value}", ctx, param)
 
@@ -280,20 +273,6 @@ def renamed_option(old: str, new: str) -> Callable[[F], F]:
 
 
 # --- cluster options and the namespace ----------------------------------------------------------------
-
-
-def cluster_options(fn: F) -> F:
-    fn = click.option("--context", help="kubeconfig context (default: the current one).")(fn)
-    fn = click.option("--kubeconfig", type=click.Path(dir_okay=False), help="kubeconfig file (default: $KUBECONFIG).")(
-        fn
-    )
-    return fn
-
-
-def namespace_option(
-    help: str = "Namespace (default: $DEPLOYCTL_NAMESPACE, else the context's, else default).",
-) -> Callable[[F], F]:
-    return click.option("-n", "--namespace", default=None, help=help)
 
 
 @dataclass(frozen=True)
@@ -332,7 +311,7 @@ def profile_argument(required: bool = True) -> Callable[[F], F]:
 
     def decorate(fn: F) -> F:
         @functools.wraps(fn)
-        def wrapper(*args: Any, **kwargs: Any) -> Any:
+        def wrapper(*args: object, **kwargs: object) -> object:
             filename = kwargs.pop("filename", None)
             if filename is not None and kwargs.get("profile_path") is not None:
                 raise click.UsageError(
@@ -346,7 +325,7 @@ def profile_argument(required: bool = True) -> Callable[[F], F]:
                 )
             return fn(*args, **kwargs)
 
-        decorated: Any = click.option(
+        decorated = click.option(
             "-f",
             "--filename",
             type=path_type,
@@ -359,36 +338,11 @@ def profile_argument(required: bool = True) -> Callable[[F], F]:
     return decorate
 
 
-def allow_gate_host_option(fn: F) -> F:
-    return click.option(
-        "--allow-gate-host",
-        "allow_gate_hosts",
-        multiple=True,
-        metavar="HOST",
-        help="A host that the profile's (or a stored revision's) gate.endpoint may name besides the release's own "
-        "Service (repeatable). The API key of gate.apiKeySecret goes to the release's own Service only.",
-    )(fn)
-
-
-def set_option(fn: F) -> F:
-    return click.option(
-        "--set",
-        "sets",
-        multiple=True,
-        metavar="KEY=VALUE",
-        help="Override a profile field before validation, e.g. --set engine.maxNumSeqs=32 (repeatable; VALUE is "
-        "read as YAML: quote it to force a string). [N] indexes the effective list, defaults included: "
-        "--set placement.tolerations[1].key=dedicated adds a toleration after the default nvidia.com/gpu one; "
-        "[0] of a list the profile does not write is refused; replace a list whole with "
-        "--set 'placement.tolerations=[{key: dedicated, operator: Exists}]'.",
-    )(fn)
-
-
 @dataclass(frozen=True)
 class Loaded:
     """A profile as a command uses it, and the text that records it (the effective profile)."""
 
-    profile: Any  # orchestrator.profile.model.Profile
+    profile: profile_mod.Profile
     text: str  # the file's text, or, when --set or the namespace changed it, the effective profile
 
 

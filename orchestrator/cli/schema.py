@@ -9,7 +9,6 @@ import click
 
 from orchestrator import output
 from orchestrator.cli import options as cli_options
-from orchestrator.profile import json_schema
 
 
 @click.command()
@@ -18,6 +17,8 @@ from orchestrator.profile import json_schema
 def schema(output_format: str) -> None:
     """Print the profile's JSON Schema: deployctl schema > profile.schema.json, then name it in a
     `# yaml-language-server: $schema=profile.schema.json` first line of a profile."""
+    from orchestrator.profile import json_schema  # late: it builds the profile models
+
     if output_format == "json":
         # The very bytes of orchestrator/data/profile.schema.json, so the two never differ.
         click.echo(json_schema.text(), nl=False)

@@ -12,11 +12,12 @@ import click
 
 from orchestrator import output
 from orchestrator.cli import options as cli_options
+from orchestrator.cli import params as cli_params
 
 
 @click.command()
 @click.argument("name")
-@cli_options.namespace_option()
+@cli_params.namespace_option()
 @click.option(
     "--purge",
     is_flag=True,
@@ -44,8 +45,8 @@ from orchestrator.cli import options as cli_options
     help="One deadline for the deletes and the wait for the pods: 90s, 10m, 1h30m or seconds.",
 )
 @click.option("--lock-ttl", type=cli_options.Duration(5, 3600, integer=True), default=60, show_default=True)
-@cli_options.cluster_options
-@cli_options.signing_options
+@cli_params.cluster_options
+@cli_params.signing_options
 @cli_options.output_option()
 @cli_options.handles_errors
 def uninstall(

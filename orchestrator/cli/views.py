@@ -8,27 +8,26 @@ from __future__ import annotations
 
 import pathlib
 import sys
-from typing import Any
+from collections.abc import Mapping
 
 import click
 
 from orchestrator import errors, output
 from orchestrator.cli import options as cli_options
+from orchestrator.cli import params as cli_params
 from orchestrator.errors import ExitCode
 
 
 @click.command()
 @click.argument("name")
-@cli_options.namespace_option()
-@cli_options.cluster_options
+@cli_params.takes(cli_params.Release)
 @cli_options.output_option()
 @cli_options.handles_errors
-def history(name: str, namespace: str | None, kubeconfig: str | None, context: str | None, output_format: str) -> None:
+def history(name: str, output_format: str, opts: cli_params.Release) -> None:
     """The release's revisions: status, description, when, who."""
     from orchestrator.apply import views
 
-    ns = cli_options.resolve_namespace(namespace, kubeconfig, context).name
-    rows = views.history(cli_options.options(kubeconfig=kubeconfig, context=context), name, ns)
+    rows = views.history(cli_params.connection(opts), name, opts.resolved_namespace())
     if output_format != "text":
         click.echo(output.emit(rows, output_format))
         return
@@ -52,7 +51,7 @@ def history(name: str, namespace: str | None, kubeconfig: str | None, context: s
     )
 
 
-def _kv(check: dict[str, Any]) -> str:
+def _kv(check: Mapping[str, object]) -> str:
     """KV tokens planned/observed, in thousands: `1007k/1012k`; `-` for what is unknown."""
 
     def k(value: object) -> str:
@@ -61,10 +60,11 @@ def _kv(check: dict[str, Any]) -> str:
     return f"{k(check.get('kv_tokens_planned'))}/{k(check.get('kv_tokens_observed'))}"
 
 
-def _actor(actor: dict[str, Any]) -> str:
+def _actor(actor: Mapping[str, object]) -> str:
     """The user, and the CI job when there was one (e.g. `ci-bot (github run 42)`)."""
-    ci = actor.get("ci") or {}
-    job = next((f"{k.lower()}={v}" for k, v in ci.items() if k.endswith(("RUN_ID", "JOB_ID", "BUILD_ID"))), "")
+    ci = actor.get("ci")
+    jobs = ci.items() if isinstance(ci, Mapping) else ()
+    job = next((f"{k.lower()}={v}" for k, v in jobs if k.endswith(("RUN_ID", "JOB_ID", "BUILD_ID"))), "")
     return f"{actor.get('user', '?')}" + (f" ({job})" if job else "")
 
 
@@ -76,16 +76,14 @@ def _short_image(image: str) -> str:
 
 @click.command()
 @click.argument("name")
-@cli_options.namespace_option()
-@cli_options.cluster_options
+@cli_params.takes(cli_params.Release)
 @cli_options.output_option()
 @cli_options.handles_errors
-def status(name: str, namespace: str | None, kubeconfig: str | None, context: str | None, output_format: str) -> None:
+def status(name: str, output_format: str, opts: cli_params.Release) -> None:
     """Live revision, pods (ready, node, GPUs), last failure and gate result."""
     from orchestrator.apply import views
 
-    ns = cli_options.resolve_namespace(namespace, kubeconfig, context).name
-    data = views.status(cli_options.options(kubeconfig=kubeconfig, context=context), name, ns)
+    data = views.status(cli_params.connection(opts), name, opts.resolved_namespace())
     if output_format != "text":
         click.echo(output.emit(data, output_format))
         return
@@ -94,19 +92,10 @@ def status(name: str, namespace: str | None, kubeconfig: str | None, context: st
 
 @click.command()
 @cli_options.profile_argument()
-@cli_options.set_option
-@cli_options.namespace_option("Namespace when the profile has no metadata.namespace (see docs/cli.md).")
-@cli_options.cluster_options
+@cli_params.takes(cli_params.Diff)
 @cli_options.output_option(help="text: a unified diff; json/yaml: each object's change and diff.")
 @cli_options.handles_errors
-def diff(
-    profile_path: str,
-    sets: tuple[str, ...],
-    namespace: str | None,
-    kubeconfig: str | None,
-    context: str | None,
-    output_format: str,
-) -> None:
+def diff(profile_path: str, output_format: str, opts: cli_params.Diff) -> None:
     """Server-side dry-run against the live objects, as a unified diff.
 
     Exit 0: no changes; 11: changes (kubectl diff's 1, moved: 1 is a usage error here); others: errors.
@@ -114,10 +103,9 @@ def diff(
     from orchestrator.apply import views
     from orchestrator.plan import planner
 
-    ns = cli_options.resolve_namespace(namespace, kubeconfig, context)
-    prof = cli_options.load_profile(profile_path, sets, ns).profile
+    prof = cli_params.load(opts, profile_path).profile
     plan = planner.check(prof)
-    objects = views.diff_objects(cli_options.options(kubeconfig=kubeconfig, context=context), prof, plan)
+    objects = views.diff_objects(cli_params.connection(opts), prof, plan)
     changed = any(o["change"] != "unchanged" for o in objects)
     if output_format != "text":
         click.echo(output.emit({"changed": changed, "objects": objects}, output_format))
@@ -128,7 +116,7 @@ def diff(
 
 
 @click.command()
-@cli_options.cluster_options
+@cli_params.cluster_options
 @cli_options.output_option()
 @cli_options.handles_errors
 def inventory(kubeconfig: str | None, context: str | None, output_format: str) -> None:
@@ -171,7 +159,7 @@ def audit() -> None:
 
 @audit.command("verify")
 @click.argument("name", required=False)
-@cli_options.namespace_option()
+@cli_params.namespace_option()
 @click.option(
     "--file",
     "export_file",
@@ -191,7 +179,7 @@ def audit() -> None:
     envvar="DEPLOYCTL_VERIFY_KEY",
     help="A trusted public key (PEM): also check every record's signature; repeatable.",
 )
-@cli_options.cluster_options
+@cli_params.cluster_options
 @cli_options.output_option()
 @cli_options.handles_errors
 def audit_verify(
@@ -232,13 +220,13 @@ def audit_verify(
 
 @audit.command("export")
 @click.argument("name")
-@cli_options.namespace_option()
+@cli_params.namespace_option()
 @click.option("--output-file", "out_file", type=click.Path(dir_okay=False), help="File to write (default: stdout).")
 @cli_options.renamed_option("--out", "--output-file")
 @cli_options.output_option(
     ("json", "yaml"), "json", old_meaning="write the file with --output-file {value}", help="The document's format."
 )
-@cli_options.cluster_options
+@cli_params.cluster_options
 @cli_options.handles_errors
 def audit_export(
     name: str,
@@ -263,10 +251,10 @@ def audit_export(
 
 @audit.command("trust")
 @click.argument("name")
-@cli_options.namespace_option()
+@cli_params.namespace_option()
 @click.option("--up-to", type=click.IntRange(1), help="The newest revision to vouch for (default: the newest).")
-@cli_options.signing_options
-@cli_options.cluster_options
+@cli_params.signing_options
+@cli_params.cluster_options
 @cli_options.output_option()
 @cli_options.handles_errors
 def audit_trust(

@@ -17,12 +17,10 @@ from typing import Literal
 
 import pydantic
 
-from orchestrator import engines
+from orchestrator import conventions, engines
 
-Endpoint = Literal["/v1/chat/completions", "/v1/completions"]
-CHAT_PATH: Endpoint = "/v1/chat/completions"
-COMPLETIONS_PATH: Endpoint = "/v1/completions"  # what `vllm bench serve --endpoint` defaults to
-ENDPOINTS = (CHAT_PATH, COMPLETIONS_PATH)
+Endpoint = conventions.Endpoint
+CHAT_PATH, COMPLETIONS_PATH, ENDPOINTS = conventions.CHAT_PATH, conventions.COMPLETIONS_PATH, conventions.ENDPOINTS
 # Measured on a 2-core machine (bench/bench_smoke.py, docs/benchmark.md): one client process keeps
 # TTFT and TPOT within 5 %, unflagged, up to ~192 streams at 20 ms per token; 128 leaves a margin.
 STREAMS_PER_PROCESS = 128
