@@ -15,7 +15,7 @@ import time
 from collections.abc import Sequence
 from typing import Any, TextIO
 
-from orchestrator.profile import yaml_text
+from orchestrator import yaml_text
 
 
 def color_enabled(stream: TextIO) -> bool:

@@ -24,9 +24,9 @@ from typing import TYPE_CHECKING, Any, TypeAlias, TypeVar, cast
 
 import click
 
-from orchestrator import errors, output
+from orchestrator import errors, output, user_files
 from orchestrator.errors import ExitCode
-from orchestrator.profile import overrides, strictyaml, user_files
+from orchestrator.profile import overrides, strictyaml
 
 F = TypeVar("F", bound=Callable[..., Any])
 

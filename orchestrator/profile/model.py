@@ -18,16 +18,13 @@ from typing import Annotated, Any, Literal
 import pydantic
 from pydantic import Field, PrivateAttr
 
-from orchestrator import conventions, engines, errors
+from orchestrator import conventions, engines, errors, user_files
 from orchestrator.catalog import lookup as catalog
-from orchestrator.gate import auth as gate_auth
-from orchestrator.gate import endpoint as gate_endpoint
-from orchestrator.gate import slo
 from orchestrator.profile import base as profile_base
 from orchestrator.profile import engine as profile_engine
 from orchestrator.profile import errors as profile_errors
+from orchestrator.profile import gate_auth, gate_endpoint, slo, strictyaml
 from orchestrator.profile import pod as profile_pod
-from orchestrator.profile import strictyaml, user_files
 
 API_VERSION = "deployctl/v1"
 KIND = "InferenceProfile"

@@ -17,8 +17,8 @@ from typing import Any
 
 import yaml
 
-from orchestrator import errors
-from orchestrator.profile import strictyaml, yaml_text
+from orchestrator import errors, yaml_text
+from orchestrator.profile import strictyaml
 
 _SEGMENT = re.compile(r"((?:[^.\[\]\\]|\\.)+)((?:\[\d+\])*)")
 _INDEX = re.compile(r"\[(\d+)\]")

@@ -15,7 +15,7 @@ from typing import Any
 
 import yaml
 
-from orchestrator.profile import yaml_text
+from orchestrator import yaml_text
 
 MAX_BYTES = 1024 * 1024  # a real profile is a few KiB; more is a mistake or an attack
 MAX_DEPTH = 32

@@ -23,13 +23,12 @@ import jinja2
 import yaml
 from pydantic import BaseModel
 
-from orchestrator import conventions, errors
+from orchestrator import conventions, errors, yaml_text
 from orchestrator.catalog import lookup as catalog
 from orchestrator.plan import planner
 from orchestrator.profile import base as profile_base
 from orchestrator.profile import model as profiles
 from orchestrator.profile import pod as profile_pod
-from orchestrator.profile import yaml_text
 from orchestrator.render import chart_values
 
 CHART_NAME = "vllm-inference"  # also app.kubernetes.io/name, as in a chart made by `helm create`
