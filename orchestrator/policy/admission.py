@@ -59,12 +59,19 @@ def validations() -> list[dict[str, str]]:
     return found
 
 
-def validating_policy() -> dict[str, Any]:
+def _admission_object(kind: str, spec: dict[str, object]) -> dict[str, object]:
     return {
         "apiVersion": "admissionregistration.k8s.io/v1",
-        "kind": "ValidatingAdmissionPolicy",
+        "kind": kind,
         "metadata": {"name": NAME, "labels": LABELS},
-        "spec": {
+        "spec": spec,
+    }
+
+
+def validating_policy() -> dict[str, object]:
+    return _admission_object(
+        "ValidatingAdmissionPolicy",
+        {
             "failurePolicy": "Fail",
             "paramKind": {"apiVersion": policy.API_VERSION, "kind": policy.KIND},
             "matchConstraints": {
@@ -85,20 +92,18 @@ def validating_policy() -> dict[str, Any]:
             "variables": [{"name": "applies", "expression": _APPLIES}],
             "validations": validations(),
         },
-    }
+    )
 
 
-def binding() -> dict[str, Any]:
-    return {
-        "apiVersion": "admissionregistration.k8s.io/v1",
-        "kind": "ValidatingAdmissionPolicyBinding",
-        "metadata": {"name": NAME, "labels": LABELS},
-        "spec": {
+def binding() -> dict[str, object]:
+    return _admission_object(
+        "ValidatingAdmissionPolicyBinding",
+        {
             "policyName": NAME,
             "validationActions": ["Deny"],
             "paramRef": {"selector": {}, "parameterNotFoundAction": "Allow"},
         },
-    }
+    )
 
 
 def _cel_string(text: str) -> str:

@@ -25,6 +25,8 @@ from typing import Any
 
 from orchestrator.profile import base as profile_base
 from orchestrator.profile import model as profiles
+from orchestrator.profile import placement as profile_placement
+from orchestrator.profile import weights as profile_weights
 
 Values = list[tuple[str, str]]  # (profile field path, value)
 
@@ -103,7 +105,7 @@ SECRETS = Source(
 
 def _pvc_names(p: profiles.Profile) -> Values:
     found: Values = []
-    if isinstance(p.model.source, profiles.PvcSource):
+    if isinstance(p.model.source, profile_weights.PvcSource):
         found.append(("model.source.pvc", p.model.source.pvc))
     for i, volume in enumerate(p.engine.volumes):
         if volume.persistentVolumeClaim is not None:
@@ -128,7 +130,7 @@ def _toleration_keys(p: profiles.Profile) -> Values:
 
 
 # An absent placement.tolerations is the profile's default: deployctl deploys that, so admission judges it.
-_DEFAULT_TOLERATION_KEYS = [t.key or "" for t in profiles.PlacementSpec().tolerations]
+_DEFAULT_TOLERATION_KEYS = [t.key or "" for t in profile_placement.PlacementSpec().tolerations]
 TOLERATIONS = Source(
     _toleration_keys,
     f"({_has('placement.tolerations')} ? object.spec.placement.tolerations.map(x, has(x.key) ? x.key : '') : "
@@ -180,7 +182,7 @@ UNCONFINED = Source(
 HOST_PATH = Source(
     lambda p: (
         [("model.source.hostPath", p.model.source.hostPath)]
-        if isinstance(p.model.source, profiles.HostPathSource)
+        if isinstance(p.model.source, profile_weights.HostPathSource)
         else []
     ),
     _cel_one("model.source.hostPath"),

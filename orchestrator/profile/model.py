@@ -44,16 +44,13 @@ _TOOL_LABEL_PREFIXES = (
 )
 DEFAULT_VLLM_VERSION = profile_engine.DEFAULT_VLLM_VERSION
 
-# The sections and helpers that live in their own modules, under the names callers and this file use.
+# Sections that live in their own modules, under the names render and plan know them by.
 EngineSpec = profile_engine.EngineSpec
-ModelSpec = profile_weights.ModelSpec
-PvcSource = profile_weights.PvcSource
-HostPathSource = profile_weights.HostPathSource
 HardwareSpec = profile_placement.HardwareSpec
-PlacementSpec = profile_placement.PlacementSpec
 Toleration = profile_placement.Toleration
 NVLINK_LABEL_KEY = profile_placement.NVLINK_LABEL_KEY
-Loc = profile_errors.Loc
+PvcSource = profile_weights.PvcSource
+HostPathSource = profile_weights.HostPathSource
 
 
 class _Model(profile_base.Model):
@@ -207,25 +204,26 @@ class AirgapSpec(_Model):
 _PROMETHEUS_DURATION = re.compile(conventions.PROMETHEUS_DURATION)
 
 
+def _prometheus_duration(v: str) -> str:
+    if not v or not _PROMETHEUS_DURATION.match(v):
+        raise ValueError(f"{v!r} is not a Prometheus duration; write it as 30s, 1m or 1m30s")
+    return v
+
+
 class PodMonitorSpec(_Model):
     enabled: bool = Field(
         default=False,
         description="Render a Prometheus Operator PodMonitor that scrapes the engine's metrics path on the API "
         "port. Off by default: its CRD (monitoring.coreos.com/v1) exists only where the operator is installed.",
     )
-    interval: str = Field(default="30s", description="Scrape interval, a Prometheus duration (15s, 1m, 1m30s).")
+    interval: Annotated[str, pydantic.AfterValidator(_prometheus_duration)] = Field(
+        default="30s", description="Scrape interval, a Prometheus duration (15s, 1m, 1m30s)."
+    )
     labels: profile_base.UserLabels = Field(
         default_factory=dict,
         description="Extra labels on the PodMonitor: what your Prometheus' podMonitorSelector matches "
         "(kube-prometheus-stack: `release: <its release name>`).",
     )
-
-    @pydantic.field_validator("interval")
-    @classmethod
-    def _duration(cls, v: str) -> str:
-        if not v or not _PROMETHEUS_DURATION.match(v):
-            raise ValueError(f"{v!r} is not a Prometheus duration; write it as 30s, 1m or 1m30s")
-        return v
 
 
 class MonitoringSpec(_Model):
@@ -238,10 +236,12 @@ class Profile(_Model):
     apiVersion: Literal["deployctl/v1"] = Field(description="Schema version of the profile.")
     kind: Literal["InferenceProfile"] = Field(description="Always InferenceProfile.")
     metadata: Metadata = Field(description="Release name, namespace and labels.")
-    model: ModelSpec = Field(description="What is served and where its weights live.")
+    model: profile_weights.ModelSpec = Field(description="What is served and where its weights live.")
     engine: EngineSpec = Field(description="The vLLM engine: image and serving parameters.")
     hardware: HardwareSpec = Field(description="The GPUs the model runs on.")
-    placement: PlacementSpec = Field(default_factory=PlacementSpec, description="Where pods may land.")
+    placement: profile_placement.PlacementSpec = Field(
+        default_factory=profile_placement.PlacementSpec, description="Where pods may land."
+    )
     rollout: RolloutSpec = Field(default_factory=RolloutSpec, description="How a new revision replaces the old.")
     gate: GateSpec = Field(default_factory=GateSpec, description="What a revision must pass to be kept.")
     airgap: AirgapSpec = Field(default_factory=AirgapSpec, description="Offline and egress settings.")
@@ -325,7 +325,7 @@ class Profile(_Model):
         engine = self.engine
         source = self.model.source
         return engines.ServerSettings(
-            model_path=source.path if isinstance(source, PvcSource) else source.mountPath,
+            model_path=source.path if isinstance(source, profile_weights.PvcSource) else source.mountPath,
             served_name=self.model.name,
             port=engine.port,
             tensor_parallel=engine.tensorParallelSize,

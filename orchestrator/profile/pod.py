@@ -69,27 +69,26 @@ def _deployctl_env() -> dict[str, str]:
 DEPLOYCTL_ENV = _deployctl_env()
 
 
+def _data_key(v: str) -> str:
+    if not _DATA_KEY.match(v):
+        raise ValueError(f"{v!r} is not a valid key: use letters, digits, '-', '_' and '.'")
+    return v
+
+
+# A key of a Secret or ConfigMap, checked as the API server would.
+DataKey = Annotated[str, pydantic.AfterValidator(_data_key)]
+
+
 class KeyRef(profile_base.Model):
     name: Annotated[str, profile_base.object_name_of("Secret or ConfigMap name")] = Field(
         description="Name of the Secret or ConfigMap, in the release's namespace."
     )
-    key: str = Field(description="The key in it whose value becomes the variable.")
+    key: DataKey = Field(description="The key in it whose value becomes the variable.")
     optional: bool = Field(
         default=False,
         description="Start the pod even when the object or key is missing (the variable is then unset). Off: "
         "the pod waits in CreateContainerConfigError until it exists, which names the problem.",
     )
-
-    @pydantic.field_validator("key")
-    @classmethod
-    def _key(cls, v: str) -> str:
-        return _data_key(v)
-
-
-def _data_key(v: str) -> str:
-    if not _DATA_KEY.match(v):
-        raise ValueError(f"{v!r} is not a valid key: use letters, digits, '-', '_' and '.'")
-    return v
 
 
 class EnvValueFrom(profile_base.Model):
@@ -161,13 +160,8 @@ class EnvFromSource(profile_base.Model):
 
 
 class KeyToPath(profile_base.Model):
-    key: str = Field(description="The key of the ConfigMap or Secret.")
+    key: DataKey = Field(description="The key of the ConfigMap or Secret.")
     path: str = Field(description="Relative file path the key is written to inside the volume.")
-
-    @pydantic.field_validator("key")
-    @classmethod
-    def _key(cls, v: str) -> str:
-        return _data_key(v)
 
     @pydantic.field_validator("path")
     @classmethod

@@ -10,9 +10,17 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import math
-from collections.abc import Mapping
+import operator
+from collections.abc import Callable, Mapping
 
 OPERATORS = ("<=", ">=", "==", "<", ">")  # two-character operators first: "<=" must not parse as "<"
+_COMPARE: dict[str, Callable[[float, float], bool]] = {
+    "<=": operator.le,
+    ">=": operator.ge,
+    "==": operator.eq,
+    "<": operator.lt,
+    ">": operator.gt,
+}
 _LATENCIES = tuple(
     f"{stat}_{latency}_ms"
     for latency in ("ttft", "tpot", "itl", "e2el")
@@ -46,15 +54,7 @@ class Condition:
     threshold: float
 
     def holds(self, value: float) -> bool:
-        if self.op == "<=":
-            return value <= self.threshold
-        if self.op == ">=":
-            return value >= self.threshold
-        if self.op == "<":
-            return value < self.threshold
-        if self.op == ">":
-            return value > self.threshold
-        return value == self.threshold
+        return _COMPARE[self.op](value, self.threshold)
 
     def __str__(self) -> str:
         return f"{self.op}{self.threshold:g}"
