@@ -18,8 +18,6 @@ Pure: plain dicts out.
 
 from __future__ import annotations
 
-from typing import Any
-
 from orchestrator.policy import model as policy
 from orchestrator.policy import rules as policy_rules
 from orchestrator.profile import model as profiles
@@ -29,12 +27,12 @@ LABELS = {"app.kubernetes.io/name": "deployctl", "app.kubernetes.io/component": 
 _APPLIES = "!has(params.spec.namespaces) || params.spec.namespaces.exists(ns, ns == request.namespace)"
 
 
-def objects() -> list[dict[str, Any]]:
+def objects() -> list[dict[str, object]]:
     """The default InferencePolicy, the ValidatingAdmissionPolicy and its binding, in apply order."""
     return [default_policy(), validating_policy(), binding()]
 
 
-def default_policy() -> dict[str, Any]:
+def default_policy() -> dict[str, object]:
     """The safe defaults as an InferencePolicy for every namespace: edit it to allow more."""
     return {
         "apiVersion": policy.API_VERSION,

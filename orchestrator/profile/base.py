@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import functools
 import re
-from typing import Annotated, Any
+from typing import Annotated
 
 import pydantic
 from pydantic import BaseModel, ConfigDict
@@ -104,7 +104,7 @@ def field_error(at: Loc, message: str) -> PydanticCustomError:
     return PydanticCustomError(FIELD_ERROR, "{reason}", {"reason": message, "at": at})
 
 
-def field_default(root: type[BaseModel], path: Loc) -> Any:
+def field_default(root: type[BaseModel], path: Loc) -> object:
     """The default of the field at ``path`` below ``root`` as a document would write it (list items as
     mappings of what their default says), or None when the path names no field or it has no default.
     ``--set`` uses it to index a list the profile leaves at its default (orchestrator/profile/overrides.py)."""
@@ -124,7 +124,7 @@ def field_default(root: type[BaseModel], path: Loc) -> Any:
     return _as_written(value)
 
 
-def _as_written(value: Any) -> Any:
+def _as_written(value: object) -> object:
     if isinstance(value, BaseModel):
         return value.model_dump(mode="json", exclude_unset=True)  # what the default says, not every field
     if isinstance(value, list):
@@ -134,7 +134,7 @@ def _as_written(value: Any) -> Any:
     return value
 
 
-def model_in(annotation: Any) -> type[BaseModel] | None:
+def model_in(annotation: object) -> type[BaseModel] | None:
     """The pydantic model an annotation holds (itself, or inside Optional, list, dict), or None."""
     if isinstance(annotation, type) and issubclass(annotation, BaseModel):
         return annotation

@@ -14,8 +14,8 @@ import hashlib
 import json
 import pathlib
 import re
-from collections.abc import Callable
-from typing import Annotated, Any, Literal
+from collections.abc import Callable, Mapping
+from typing import Annotated, Literal
 
 import pydantic
 from pydantic import Field, PrivateAttr
@@ -392,15 +392,15 @@ def loads(
     return profile
 
 
-def from_object(obj: dict[str, Any], source: str) -> Profile:
+def from_object(obj: Mapping[str, object], source: str) -> Profile:
     """The profile an InferenceProfile object read from the cluster holds (no YAML lines to point at)."""
     return loads(json.dumps(obj), source=source)
 
 
-def to_object(profile: Profile) -> dict[str, Any]:
+def to_object(profile: Profile) -> dict[str, object]:
     """``profile`` as an InferenceProfile object: what the file says (not its defaults), under spec."""
     written = profile.model_dump(mode="json", exclude_unset=True)
-    metadata: dict[str, Any] = {"name": profile.metadata.name, "namespace": profile.metadata.namespace}
+    metadata: dict[str, object] = {"name": profile.metadata.name, "namespace": profile.metadata.namespace}
     if profile.metadata.labels:
         metadata["labels"] = dict(profile.metadata.labels)
     spec = {k: v for k, v in written.items() if k not in ("apiVersion", "kind", "metadata")}
@@ -420,9 +420,9 @@ def _from_resource(doc: strictyaml.Document, source: str) -> strictyaml.Document
     taken = sorted(set(spec) & {"apiVersion", "kind", "metadata"})
     if taken:
         raise errors.InvalidProfile(f"{source}: spec.{taken[0]} belongs at the top of the object, not in its spec")
-    meta: dict[str, Any] = data["metadata"] if isinstance(data.get("metadata"), dict) else {}
-    labels: dict[str, Any] = meta["labels"] if isinstance(meta.get("labels"), dict) else {}
-    metadata: dict[str, Any] = {k: meta[k] for k in ("name", "namespace") if k in meta}
+    meta = _mapping(data.get("metadata"))
+    labels = _mapping(meta.get("labels"))
+    metadata: dict[str, object] = {k: meta[k] for k in ("name", "namespace") if k in meta}
     own = {k: v for k, v in labels.items() if not str(k).startswith(_TOOL_LABEL_PREFIXES)}
     if own:
         metadata["labels"] = own
@@ -434,3 +434,7 @@ def _from_resource(doc: strictyaml.Document, source: str) -> strictyaml.Document
         elif path[:1] != ("spec",):
             lines[path] = line
     return strictyaml.Document(profile_data, lines)
+
+
+def _mapping(value: object) -> Mapping[str, object]:
+    return value if isinstance(value, dict) else {}
