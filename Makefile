@@ -16,7 +16,7 @@ WHEEL_VENV := .cache/wheel-venv
 E2E_PYTEST := env -u PYTHONPATH $(WHEEL_VENV)/bin/pytest
 PYTEST_ARGS ?=
 
-.PHONY: help venv dist wheel-venv build vllm test test-unit test-e2e test-lowest lint typecheck check cluster-up cluster-down demo bench docs-reference clean
+.PHONY: help venv dist wheel-venv build vllm test test-unit test-e2e test-lowest lint typecheck check cluster-up cluster-down demo bench docs-reference docs-architecture clean
 
 ##@ General
 help: ## Show this help.
@@ -117,6 +117,9 @@ docs-reference: venv ## Regenerate docs/profile-reference.md, the profile's JSON
 	$(PY) scripts/gen_profile_schema.py
 	$(PY) scripts/gen_chart_schema.py
 	$(PY) scripts/gen_chart_readme.py
+
+docs-architecture: venv ## Regenerate docs/architecture.md's rooms, floors and modules from pyproject.toml's import contracts and the docstrings.
+	$(PY) scripts/architecture_doc.py
 
 clean: ## Remove build outputs (keeps the Go module cache).
 	rm -rf .cache $(VENV) build dist *.egg-info

@@ -26,10 +26,11 @@ from hypothesis import strategies as st
 
 from orchestrator.apply import applyset, health, rollout
 from orchestrator.cli import app as cli
-from orchestrator.gate import bench, slo
+from orchestrator.gate import bench
 from orchestrator.gate import verdict as gate
 from orchestrator.kube import portforward
 from orchestrator.plan import planner
+from orchestrator.profile import slo
 from orchestrator.records import releases
 
 # --- an exception in every step after the first write ---------------------------------------

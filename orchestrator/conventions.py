@@ -11,7 +11,7 @@ import decimal
 import math
 import re
 from collections.abc import Mapping
-from typing import Any, Literal
+from typing import Literal
 
 # --- the OpenAI-compatible API paths the smoke benchmark sends to ----------------------------------
 # Here, not in gate.workload, so `deployctl bench`'s options name them without importing the gate.
@@ -70,7 +70,7 @@ GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"  # set by NVIDIA GPU Feature Discov
 # Deployment.spec.strategy for each strategy preflight can choose. "one-at-a-time" stops an old
 # pod before its replacement starts: it can never hang on GPUs nobody has, at the price of
 # downtime for a single replica (design.md, "Rollout on scarce GPUs").
-STRATEGIES: dict[str, dict[str, Any]] = {
+STRATEGIES: dict[str, dict[str, object]] = {
     "surge": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}},
     "one-at-a-time": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 0, "maxUnavailable": 1}},
     "recreate": {"type": "Recreate"},
@@ -87,7 +87,7 @@ PROFILE_STRATEGY_DEFAULTS: dict[str, str] = {
 }
 
 
-def strategy_spec(name: str) -> dict[str, Any]:
+def strategy_spec(name: str) -> dict[str, object]:
     """Deployment.spec.strategy for a strategy name, as a fresh dict the caller may keep."""
     spec = STRATEGIES[name]
     return {k: dict(v) if isinstance(v, dict) else v for k, v in spec.items()}
@@ -126,34 +126,44 @@ def gpu_count(value: object) -> int:
     return max(0, math.floor(parse_quantity(value)))
 
 
-def container_gpus(container: Mapping[str, Any]) -> int:
+def _mapping(value: object) -> Mapping[str, object]:
+    """A field of a Kubernetes object that should hold a mapping; absent (or not one): empty."""
+    return value if isinstance(value, Mapping) else {}
+
+
+def _items(value: object) -> list[Mapping[str, object]]:
+    """A field that should hold a list of mappings (containers); absent: empty."""
+    return [_mapping(item) for item in value] if isinstance(value, list) else []
+
+
+def container_gpus(container: Mapping[str, object]) -> int:
     """GPUs one container asks for. Extended resources may give only a limit; the API server then
     sets the request to it, so the request wins when both are there."""
-    resources = container.get("resources") or {}
+    resources = _mapping(container.get("resources"))
     for kind in ("requests", "limits"):
-        value = (resources.get(kind) or {}).get(GPU_RESOURCE)
+        value = _mapping(resources.get(kind)).get(GPU_RESOURCE)
         if value is not None:
             return gpu_count(value)
     return 0
 
 
-def pod_gpus(pod: Mapping[str, Any]) -> int:
+def pod_gpus(pod: Mapping[str, object]) -> int:
     """GPUs the scheduler reserves for a pod: containers summed, init containers at their peak.
 
     Init containers run one after another, so only the largest counts; a sidecar (an init
     container with restartPolicy Always) keeps running beside everything started after it.
     ValueError when a container's GPU quantity is not a quantity.
     """
-    spec = pod.get("spec") or {}
+    spec = _mapping(pod.get("spec"))
     sidecars = peak = 0
-    for container in spec.get("initContainers") or []:
+    for container in _items(spec.get("initContainers")):
         gpus = container_gpus(container)
         if container.get("restartPolicy") == "Always":
             sidecars += gpus
             peak = max(peak, sidecars)
         else:
             peak = max(peak, sidecars + gpus)
-    running = sidecars + sum(container_gpus(c) for c in spec.get("containers") or [])
+    running = sidecars + sum(container_gpus(c) for c in _items(spec.get("containers")))
     return max(running, peak)
 
 

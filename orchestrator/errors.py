@@ -46,6 +46,8 @@ class UsageError(DeployctlError):
 
 
 class InvalidProfile(DeployctlError):
+    """The profile breaks its schema, its YAML or a rule vLLM would refuse; the message names field and line."""
+
     exit_code = ExitCode.INVALID_PROFILE
 
 
@@ -57,10 +59,14 @@ class InvalidInstall(DeployctlError):
 
 
 class DoesNotFit(DeployctlError):
+    """The planner found an error: the weights or one sequence do not fit the GPUs, or the layout cannot be."""
+
     exit_code = ExitCode.DOES_NOT_FIT
 
 
 class ClusterError(DeployctlError):
+    """The cluster could not be reached, or the API server answered with an error."""
+
     exit_code = ExitCode.CLUSTER_ERROR
 
 
@@ -97,6 +103,8 @@ class EndpointError(DeployctlError):
 
 
 class RolloutFailed(DeployctlError):
+    """The rollout failed or preflight refused it; nothing is left half-applied."""
+
     exit_code = ExitCode.ROLLOUT_FAILED
 
 
@@ -106,18 +114,26 @@ class Takeover(RolloutFailed):
 
 
 class GateFailedRolledBack(DeployctlError):
+    """`apply`: the health or smoke gate failed and the release was rolled back."""
+
     exit_code = ExitCode.GATE_FAILED_ROLLED_BACK
 
 
 class RollbackFailed(DeployctlError):
+    """A step failed and so did the rollback after it: a person is needed (docs/runbook.md)."""
+
     exit_code = ExitCode.ROLLBACK_FAILED
 
 
 class Locked(DeployctlError):
+    """Another apply, gate, rollback or uninstall of the release holds its lock."""
+
     exit_code = ExitCode.LOCKED
 
 
 class AuditFailed(DeployctlError):
+    """The release chain does not verify, or a record is unreadable, unsigned where it must be, or tampered."""
+
     exit_code = ExitCode.AUDIT_FAILED
 
 

@@ -13,9 +13,9 @@ import os
 import sys
 import time
 from collections.abc import Sequence
-from typing import Any, TextIO
+from typing import TextIO
 
-from orchestrator.profile import yaml_text
+from orchestrator import yaml_text
 
 
 def color_enabled(stream: TextIO) -> bool:
@@ -46,14 +46,14 @@ def paint(text: str, color: str, stream: TextIO | None = None) -> str:
     return f"\033[{codes[color]}m{text}\033[0m"
 
 
-def emit(data: Any, fmt: str) -> str:
+def emit(data: object, fmt: str) -> str:
     """Serialise for --output json|yaml (deterministic)."""
     if fmt == "yaml":
         return yaml_text.safe_dump(data, sort_keys=True, default_flow_style=False, allow_unicode=True).rstrip()
     return json.dumps(data, indent=2, sort_keys=True, default=str)
 
 
-def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+def table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
     cells = [[str(h) for h in headers]] + [[("" if c is None else str(c)) for c in r] for r in rows]
     widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
     lines = ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in cells]

@@ -98,6 +98,12 @@ def test_string_metrics_are_not_gateable() -> None:
     assert {"p95_ttft_ms", "median_tpot_ms", "output_throughput", "error_rate"} <= set(gate.METRIC_NAMES)
 
 
+def test_the_slo_metric_names_are_the_numeric_fields_the_gate_measures_in_order() -> None:
+    # profile.slo lists the names so the profile never imports the gate; this holds them to Metrics.
+    numeric = tuple(name for name, field in metrics.Metrics.model_fields.items() if field.annotation is not str)
+    assert numeric == gate.METRIC_NAMES
+
+
 def test_verdicts_are_ordered_and_the_worst_wins() -> None:
     order = [gate.Verdict.PASS, gate.Verdict.INCONCLUSIVE, gate.Verdict.ERROR, gate.Verdict.FAIL]
     assert sorted(reversed(order)) == order

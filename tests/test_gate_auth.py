@@ -17,7 +17,7 @@ import pytest
 
 from orchestrator import errors
 from orchestrator.apply import health
-from orchestrator.gate import auth as gate_auth
+from orchestrator.profile import gate_auth
 from orchestrator.profile import model as profile_mod
 from orchestrator.render import manifests as render
 

@@ -11,6 +11,7 @@ import sys
 from typing import Any
 
 import jsonschema
+import pydantic
 import pytest
 import yaml
 from click.testing import CliRunner
@@ -21,6 +22,7 @@ from orchestrator.errors import ExitCode
 from orchestrator.plan import preflight
 from orchestrator.profile import json_schema
 from orchestrator.profile import model as profile
+from orchestrator.profile import pod as profile_pod
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 PROFILES = sorted((ROOT / "profiles").glob("*.yaml"))
@@ -298,3 +300,39 @@ def test_the_schema_takes_catalog_names_in_any_case_and_offers_them(tmp_path: pa
     doc = yaml.safe_load(write(tmp_path, hardware="  gpu: a100-80gb").read_text())
     assert list(jsonschema.Draft202012Validator(schema).iter_errors(doc)) == []
     assert "A100-80GB" in schema["$defs"]["HardwareSpec"]["properties"]["gpu"]["examples"]
+
+
+# --- one name type: every field that names a Kubernetes object checks it alike ---------------------
+
+_OBJECT_NAME_FIELDS = [
+    (profile_pod.KeyRef, {"key": "token"}, "name", "Secret or ConfigMap name"),
+    (profile_pod.ObjectRef, {}, "name", "Secret or ConfigMap name"),
+    (profile_pod.PvcVolumeSource, {}, "claimName", "PersistentVolumeClaim name"),
+    (profile_pod.ConfigMapVolumeSource, {}, "name", "ConfigMap name"),
+    (profile_pod.SecretVolumeSource, {}, "secretName", "Secret name"),
+]
+
+
+@pytest.mark.parametrize(("model", "others", "field", "what"), _OBJECT_NAME_FIELDS)
+def test_every_field_naming_an_object_refuses_a_bad_name_in_the_same_words(
+    model: type[pydantic.BaseModel], others: dict[str, str], field: str, what: str
+) -> None:
+    with pytest.raises(pydantic.ValidationError) as caught:
+        model.model_validate({**others, field: "Bad_Name"})
+    assert (
+        f"'Bad_Name' is not a valid {what}: use lowercase letters, digits, '-' and '.', starting and ending with "
+        "a letter or digit"
+    ) in str(caught.value)
+    assert caught.value.errors()[0]["loc"] == (field,)
+    longest = ".".join(["a" * 63] * 4)[:253]  # a DNS-1123 subdomain may be 253 characters, no more
+    assert getattr(model.model_validate({**others, field: longest}), field) == longest
+    with pytest.raises(pydantic.ValidationError):
+        model.model_validate({**others, field: longest + "a"})
+
+
+def test_release_and_namespace_names_are_dns_labels_of_at_most_63_characters() -> None:
+    with pytest.raises(pydantic.ValidationError) as caught:
+        profile.Metadata.model_validate({"name": "a" * 64, "namespace": "Prod"})
+    text = str(caught.value)
+    assert "is not a valid release name: use at most 63 lowercase letters, digits and '-'" in text
+    assert "'Prod' is not a valid namespace" in text

@@ -20,10 +20,9 @@ from hypothesis import strategies as st
 
 from orchestrator import conventions, errors, http
 from orchestrator.apply import health, verify
-from orchestrator.gate import endpoint as gate_endpoint
 from orchestrator.plan import planner
+from orchestrator.profile import gate_endpoint, strictyaml
 from orchestrator.profile import model as profile_mod
-from orchestrator.profile import strictyaml
 from orchestrator.render import manifests as render
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent

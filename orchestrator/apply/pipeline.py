@@ -19,10 +19,10 @@ from orchestrator.apply import applyset, confine, group_rollout, verify
 from orchestrator.apply.lock import DEFAULT_TTL_SECONDS, ReleaseLock
 from orchestrator.apply.outcome import INTERNAL_CLASS, Failure, Outcome, Result, Timings
 from orchestrator.engines import startup_log
-from orchestrator.gate import auth as gate_auth
 from orchestrator.gate import verdict as gate
 from orchestrator.kube import Kube, connect
 from orchestrator.plan import planner, preflight
+from orchestrator.profile import gate_auth
 from orchestrator.profile.model import Profile
 from orchestrator.records import audit, purge, releases, revisions, writer
 from orchestrator.records import trust as record_trust

@@ -15,11 +15,10 @@ from orchestrator import engines, errors
 from orchestrator.apply import group_rollout, health, rollout
 from orchestrator.apply.outcome import Failure, Timings
 from orchestrator.engines import startup_log
-from orchestrator.gate import auth as gate_auth
-from orchestrator.gate import endpoint as gate_endpoint
 from orchestrator.gate import metrics
 from orchestrator.gate import verdict as gate
 from orchestrator.kube import Kube, PortForwarder
+from orchestrator.profile import gate_auth, gate_endpoint
 from orchestrator.profile.model import Profile
 from orchestrator.records import releases
 

@@ -12,12 +12,11 @@ from typing import Any
 
 import yaml
 
-from orchestrator import conventions, errors
+from orchestrator import conventions, errors, user_files
 from orchestrator.apply import applyset, pipeline
 from orchestrator.apply.pipeline import Options
 from orchestrator.kube import Kube, connect
 from orchestrator.plan import planner, preflight
-from orchestrator.profile import user_files
 from orchestrator.profile.model import Profile
 from orchestrator.records import audit, purge, releases, revisions, writer
 from orchestrator.records import trust as record_trust

@@ -13,9 +13,9 @@ import functools
 import json
 import math
 import pathlib
+from collections.abc import Mapping
 from dataclasses import dataclass
 from importlib import resources
-from typing import Any
 
 import yaml
 
@@ -162,7 +162,7 @@ def config_from_text(text: str, source: str) -> ModelArch:
     return _parse(_read_json(text, source), source)
 
 
-def parse_config(data: dict[str, Any], source: str) -> ModelArch:
+def parse_config(data: Mapping[str, object], source: str) -> ModelArch:
     """Build a ModelArch from an already-parsed config.json mapping."""
     return _parse(data, source)
 
@@ -208,7 +208,7 @@ def _gpus() -> dict[str, Gpu]:
     return out
 
 
-def _read_json(text: str, source: str) -> dict[str, Any]:
+def _read_json(text: str, source: str) -> dict[str, object]:
     try:
         data = json.loads(text)
     except json.JSONDecodeError as e:
@@ -220,14 +220,14 @@ def _read_json(text: str, source: str) -> dict[str, Any]:
     return data
 
 
-def _int(data: dict[str, Any], key: str, source: str) -> int:
+def _int(data: Mapping[str, object], key: str, source: str) -> int:
     value = data.get(key)
     if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
         raise ConfigError(f"{source}: field {key!r} must be a positive integer (got {value!r})")
     return value
 
 
-def _parse(data: dict[str, Any], source: str) -> ModelArch:
+def _parse(data: Mapping[str, object], source: str) -> ModelArch:
     if "text_config" in data and "hidden_size" not in data:
         raise ConfigError(
             f"{source}: multimodal configs (with text_config) are not supported by the planner; "
@@ -239,7 +239,7 @@ def _parse(data: dict[str, Any], source: str) -> ModelArch:
     kv_heads = _int(data, "num_key_value_heads", source) if "num_key_value_heads" in data else heads
     head_dim = _int(data, "head_dim", source) if data.get("head_dim") else hidden // heads
     max_pos = _int(data, "max_position_embeddings", source)
-    experts = int(data.get("num_local_experts") or data.get("num_experts") or 0)
+    experts = _count(data.get("num_local_experts") or data.get("num_experts"), source)
     model_type = str(data.get("model_type", "unknown"))
     return ModelArch(
         source=source,
@@ -257,14 +257,23 @@ def _parse(data: dict[str, Any], source: str) -> ModelArch:
         max_position_embeddings=max_pos,
         max_model_len=_derived_max_len(data, max_pos),
         num_local_experts=experts,
-        num_experts_per_tok=int(data.get("num_experts_per_tok") or 0) if experts else 0,
-        moe_intermediate_size=int(data.get("moe_intermediate_size") or 0) if experts else 0,
+        num_experts_per_tok=_count(data.get("num_experts_per_tok"), source) if experts else 0,
+        moe_intermediate_size=_count(data.get("moe_intermediate_size"), source) if experts else 0,
         # Qwen2 puts a bias on q, k and v without saying so in config.json; others say attention_bias.
         qkv_bias=model_type == "qwen2" or bool(data.get("attention_bias", False)),
     )
 
 
-def _derived_max_len(data: dict[str, Any], max_pos: int) -> int:
+def _count(value: object, source: str) -> int:
+    """An optional count of a config.json (experts, a MoE size) as int() reads it; absent, 0 or null: 0."""
+    if not value:
+        return 0
+    if isinstance(value, int | float | str):
+        return int(value)
+    raise ConfigError(f"{source}: {value!r} is not a number")
+
+
+def _derived_max_len(data: Mapping[str, object], max_pos: int) -> int:
     """The context limit vLLM derives: max_position_embeddings, stretched by a scaling rope."""
     rope = data.get("rope_scaling") or {}
     if not isinstance(rope, dict):
@@ -273,5 +282,6 @@ def _derived_max_len(data: dict[str, Any], max_pos: int) -> int:
     factor = rope.get("factor")
     if rope_type in _ROPE_TYPES_WITHOUT_SCALING or not isinstance(factor, int | float):
         return max_pos
-    base = int(rope.get("original_max_position_embeddings") or max_pos) if rope_type == "yarn" else max_pos
+    original = _count(rope.get("original_max_position_embeddings"), "rope_scaling")
+    base = (original or max_pos) if rope_type == "yarn" else max_pos
     return math.floor(base * factor)

@@ -25,9 +25,9 @@ from typing import TYPE_CHECKING, NoReturn, TypeAlias, TypeVar, cast
 
 import click
 
-from orchestrator import errors, output
+from orchestrator import errors, output, user_files
 from orchestrator.errors import ExitCode
-from orchestrator.profile import overrides, strictyaml, user_files
+from orchestrator.profile import overrides, strictyaml
 
 if TYPE_CHECKING:
     # Types only: at run time these modules are imported by the commands that use them (a fast start).

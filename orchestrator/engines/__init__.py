@@ -1,4 +1,6 @@
-"""The serving engines a profile can name (engine.kind), each behind one interface (``base.Engine``).
+"""The serving engines: an engine kind (``engine.kind``) and the profile's serving settings in; that
+engine's command and flags, health and probe paths, KV-cache budget and reading of its start-up
+log out, each engine behind one interface (``base.Engine``), with the vLLM flag tables.
 
 from orchestrator import engines
 engine = engines.get(profile.engine.kind)

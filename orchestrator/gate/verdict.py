@@ -19,7 +19,8 @@ from collections.abc import Mapping
 from typing import TypedDict
 
 from orchestrator import errors
-from orchestrator.gate import bench_report, slo
+from orchestrator.gate import bench_report
+from orchestrator.profile import slo
 
 METRIC_NAMES = slo.METRIC_NAMES
 Condition = slo.Condition

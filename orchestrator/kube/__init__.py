@@ -1,6 +1,6 @@
-"""Cluster access: the only place deployctl imports the official ``kubernetes`` client.
-
-Everything above this package sees plain dicts of Kubernetes objects and our own errors.
+"""Cluster access: kinds, names and plain dicts of Kubernetes objects in; REST reads, watches,
+server-side apply and port-forwards against the API server out, with our own errors. The only
+place deployctl imports the official ``kubernetes`` client.
 """
 
 from orchestrator.kube.client import Kube, Ref, WatchEvent, connect

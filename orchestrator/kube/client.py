@@ -22,8 +22,7 @@ from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 from kubernetes.config.config_exception import ConfigException
 
-from orchestrator import errors
-from orchestrator.profile import user_files
+from orchestrator import errors, user_files
 
 FIELD_MANAGER = "deployctl"
 # Connect fast, read patiently: a reachable API server answers in milliseconds, an unreachable

@@ -15,8 +15,7 @@ from typing import Any
 
 import yaml
 
-from orchestrator import errors
-from orchestrator.profile import user_files
+from orchestrator import errors, user_files
 
 SERVICE_ACCOUNT_NAMESPACE = pathlib.Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
 

@@ -34,12 +34,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from orchestrator import engines, errors
+from orchestrator import engines, errors, user_files
 from orchestrator.catalog import lookup as catalog
 from orchestrator.engines import vllm_flags
 from orchestrator.plan import layout
 from orchestrator.profile import model as profile_schema
-from orchestrator.profile import user_files
 
 # Findings are the layout module's type: it sits below the planner and must not import it. These
 # names stay the planner's public API.

@@ -18,8 +18,6 @@ Pure: plain dicts out.
 
 from __future__ import annotations
 
-from typing import Any
-
 from orchestrator.policy import model as policy
 from orchestrator.policy import rules as policy_rules
 from orchestrator.profile import model as profiles
@@ -29,12 +27,12 @@ LABELS = {"app.kubernetes.io/name": "deployctl", "app.kubernetes.io/component": 
 _APPLIES = "!has(params.spec.namespaces) || params.spec.namespaces.exists(ns, ns == request.namespace)"
 
 
-def objects() -> list[dict[str, Any]]:
+def objects() -> list[dict[str, object]]:
     """The default InferencePolicy, the ValidatingAdmissionPolicy and its binding, in apply order."""
     return [default_policy(), validating_policy(), binding()]
 
 
-def default_policy() -> dict[str, Any]:
+def default_policy() -> dict[str, object]:
     """The safe defaults as an InferencePolicy for every namespace: edit it to allow more."""
     return {
         "apiVersion": policy.API_VERSION,
@@ -59,12 +57,19 @@ def validations() -> list[dict[str, str]]:
     return found
 
 
-def validating_policy() -> dict[str, Any]:
+def _admission_object(kind: str, spec: dict[str, object]) -> dict[str, object]:
     return {
         "apiVersion": "admissionregistration.k8s.io/v1",
-        "kind": "ValidatingAdmissionPolicy",
+        "kind": kind,
         "metadata": {"name": NAME, "labels": LABELS},
-        "spec": {
+        "spec": spec,
+    }
+
+
+def validating_policy() -> dict[str, object]:
+    return _admission_object(
+        "ValidatingAdmissionPolicy",
+        {
             "failurePolicy": "Fail",
             "paramKind": {"apiVersion": policy.API_VERSION, "kind": policy.KIND},
             "matchConstraints": {
@@ -85,20 +90,18 @@ def validating_policy() -> dict[str, Any]:
             "variables": [{"name": "applies", "expression": _APPLIES}],
             "validations": validations(),
         },
-    }
+    )
 
 
-def binding() -> dict[str, Any]:
-    return {
-        "apiVersion": "admissionregistration.k8s.io/v1",
-        "kind": "ValidatingAdmissionPolicyBinding",
-        "metadata": {"name": NAME, "labels": LABELS},
-        "spec": {
+def binding() -> dict[str, object]:
+    return _admission_object(
+        "ValidatingAdmissionPolicyBinding",
+        {
             "policyName": NAME,
             "validationActions": ["Deny"],
             "paramRef": {"selector": {}, "parameterNotFoundAction": "Allow"},
         },
-    }
+    )
 
 
 def _cel_string(text: str) -> str:

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterable, Mapping
-from typing import Any
 
 import pydantic
 from pydantic import Field
@@ -57,7 +56,7 @@ class Ceilings(profile_base.Model):
     )
 
 
-def _names(what: str) -> Any:
+def _names(what: str) -> list[str] | None:
     return Field(
         default=None,
         description=f"{what} a profile may name: each entry a name, or a prefix ending in `*` (`*` alone: any). "
@@ -142,9 +141,10 @@ class Violation:
     message: str
 
 
-def from_object(obj: Mapping[str, Any]) -> Policy:
+def from_object(obj: Mapping[str, object]) -> Policy:
     """The policy an InferencePolicy object holds; InvalidInstall (naming it) when its spec does not validate."""
-    name = str((obj.get("metadata") or {}).get("name", "?"))
+    metadata = obj.get("metadata")
+    name = str(metadata.get("name", "?")) if isinstance(metadata, Mapping) else "?"
     try:
         return Policy(name, PolicySpec.model_validate(obj.get("spec") or {}))
     except pydantic.ValidationError as e:

@@ -21,12 +21,24 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Protocol
+
+from pydantic import BaseModel
 
 from orchestrator.profile import base as profile_base
 from orchestrator.profile import model as profiles
+from orchestrator.profile import placement as profile_placement
+from orchestrator.profile import weights as profile_weights
 
 Values = list[tuple[str, str]]  # (profile field path, value)
+
+
+class PolicySpecView(Protocol):
+    """What a rule reads of an InferencePolicy's spec (policy_model.PolicySpec, which sits above this
+    module): its ceilings; the lists and switches a rule reads by its ``param`` name."""
+
+    @property
+    def ceilings(self) -> object: ...
 
 
 def matches(pattern: str, value: str) -> bool:
@@ -103,7 +115,7 @@ SECRETS = Source(
 
 def _pvc_names(p: profiles.Profile) -> Values:
     found: Values = []
-    if isinstance(p.model.source, profiles.PvcSource):
+    if isinstance(p.model.source, profile_weights.PvcSource):
         found.append(("model.source.pvc", p.model.source.pvc))
     for i, volume in enumerate(p.engine.volumes):
         if volume.persistentVolumeClaim is not None:
@@ -128,7 +140,7 @@ def _toleration_keys(p: profiles.Profile) -> Values:
 
 
 # An absent placement.tolerations is the profile's default: deployctl deploys that, so admission judges it.
-_DEFAULT_TOLERATION_KEYS = [t.key or "" for t in profiles.PlacementSpec().tolerations]
+_DEFAULT_TOLERATION_KEYS = [t.key or "" for t in profile_placement.PlacementSpec().tolerations]
 TOLERATIONS = Source(
     _toleration_keys,
     f"({_has('placement.tolerations')} ? object.spec.placement.tolerations.map(x, has(x.key) ? x.key : '') : "
@@ -180,7 +192,7 @@ UNCONFINED = Source(
 HOST_PATH = Source(
     lambda p: (
         [("model.source.hostPath", p.model.source.hostPath)]
-        if isinstance(p.model.source, profiles.HostPathSource)
+        if isinstance(p.model.source, profile_weights.HostPathSource)
         else []
     ),
     _cel_one("model.source.hostPath"),
@@ -207,7 +219,7 @@ class NameRule:
     refused_by_default: tuple[str, ...] = ()
     unset: str = ""  # what an unset list allows, for the message
 
-    def violations(self, p: profiles.Profile, spec: Any) -> Values:
+    def violations(self, p: profiles.Profile, spec: PolicySpecView) -> Values:
         allowed: Sequence[str] | None = getattr(spec, self.param)
         if allowed is None:
             return [(f, v) for f, v in self.source.read(p) if any(matches(r, v) for r in self.refused_by_default)]
@@ -234,7 +246,7 @@ class FlagRule:
     source: Source
     what: str
 
-    def violations(self, p: profiles.Profile, spec: Any) -> Values:
+    def violations(self, p: profiles.Profile, spec: PolicySpecView) -> Values:
         return [] if getattr(spec, self.param) else self.source.read(p)
 
     def cel(self) -> str:
@@ -254,12 +266,12 @@ class CeilingRule:
     default_ceiling: int
 
     def value(self, p: profiles.Profile) -> int | None:
-        node: Any = p
+        node: object = p
         for step in self.path.split("."):
             node = getattr(node, step)
-        return None if node is None else int(node)
+        return node if isinstance(node, int) else None
 
-    def violations(self, p: profiles.Profile, spec: Any) -> Values:
+    def violations(self, p: profiles.Profile, spec: PolicySpecView) -> Values:
         value = self.value(p)
         return [(self.path, str(value))] if value is not None and value > getattr(spec.ceilings, self.param) else []
 
@@ -278,10 +290,12 @@ class CeilingRule:
 
 
 def _profile_default(path: str) -> int | None:
-    model: Any = profiles.Profile
+    model: type[BaseModel] | None = profiles.Profile
     steps = path.split(".")
     for step in steps[:-1]:
-        model = model.model_fields[step].annotation
+        assert model is not None, f"{path}: {step} is no section"  # the rule table names real sections
+        model = profile_base.model_in(model.model_fields[step].annotation)
+    assert model is not None, f"{path}: no section holds {steps[-1]}"
     default = model.model_fields[steps[-1]].default
     return None if default is None else int(default)
 

@@ -6,13 +6,17 @@ Kept apart from orchestrator/profile/model.py so the sections split into their o
 
 from __future__ import annotations
 
+import functools
 import re
-from typing import Any
+from typing import Annotated
 
+import pydantic
 from pydantic import BaseModel, ConfigDict
 from pydantic_core import PydanticCustomError, PydanticUndefined
 
 DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+# The name of most objects (a Secret, ConfigMap or PersistentVolumeClaim): a DNS-1123 subdomain.
+DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 DIGEST = re.compile(r"@sha256:[0-9a-f]{64}$")
 
 
@@ -22,13 +26,30 @@ class Model(BaseModel):
     model_config = ConfigDict(extra="forbid", populate_by_name=False, validate_default=True, frozen=True)
 
 
-def dns_label(value: str, what: str) -> str:
-    if len(value) > 63 or not DNS1123_LABEL.match(value):
-        raise ValueError(
-            f"{value!r} is not a valid {what}: use at most 63 lowercase letters, digits and '-', "
-            "starting and ending with a letter or digit"
-        )
+def _kube_name(value: str, what: str, pattern: re.Pattern[str], limit: int, alphabet: str) -> str:
+    if len(value) > limit or not pattern.match(value):
+        raise ValueError(f"{value!r} is not a valid {what}: use {alphabet}, starting and ending with a letter or digit")
     return value
+
+
+def dns_label(value: str, what: str) -> str:
+    """``value`` if a DNS-1123 label (a release, namespace or volume name), else a ValueError naming ``what``."""
+    return _kube_name(value, what, DNS1123_LABEL, 63, "at most 63 lowercase letters, digits and '-'")
+
+
+def object_name(value: str, what: str) -> str:
+    """``value`` if a DNS-1123 subdomain (a Secret, ConfigMap or claim name), else a ValueError naming ``what``."""
+    return _kube_name(value, what, DNS1123_SUBDOMAIN, 253, "lowercase letters, digits, '-' and '.'")
+
+
+def dns_label_of(what: str) -> pydantic.AfterValidator:
+    """The check of a field holding a DNS-1123 label: ``Annotated[str, dns_label_of("namespace")]``."""
+    return pydantic.AfterValidator(functools.partial(dns_label, what=what))
+
+
+def object_name_of(what: str) -> pydantic.AfterValidator:
+    """The check of a field naming a Kubernetes object: ``Annotated[str, object_name_of("Secret name")]``."""
+    return pydantic.AfterValidator(functools.partial(object_name, what=what))
 
 
 RESERVED_LABEL_PREFIXES = ("app.kubernetes.io/", "deployctl.dev/")
@@ -37,7 +58,7 @@ RESERVED_LABEL_PREFIXES = ("app.kubernetes.io/", "deployctl.dev/")
 # Kubernetes' label syntax (apimachinery validation): a name part of at most 63 characters,
 # optionally behind a DNS-subdomain prefix and "/"; a value of at most 63 such characters, or empty.
 _LABEL_PART = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
-_LABEL_PREFIX = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+_LABEL_PREFIX = DNS1123_SUBDOMAIN
 
 
 def user_labels(labels: dict[str, str]) -> dict[str, str]:
@@ -69,6 +90,9 @@ def user_labels(labels: dict[str, str]) -> dict[str, str]:
     return labels
 
 
+# A field of labels a profile puts on objects (metadata.labels, placement.podLabels, a PodMonitor's).
+UserLabels = Annotated[dict[str, str], pydantic.AfterValidator(user_labels)]
+
 Loc = tuple[str | int, ...]
 # The error type of field_error: its context carries the path below the validated field, so that a
 # check made over a whole section still names the one item it is about (and that item's YAML line).
@@ -80,7 +104,7 @@ def field_error(at: Loc, message: str) -> PydanticCustomError:
     return PydanticCustomError(FIELD_ERROR, "{reason}", {"reason": message, "at": at})
 
 
-def field_default(root: type[BaseModel], path: Loc) -> Any:
+def field_default(root: type[BaseModel], path: Loc) -> object:
     """The default of the field at ``path`` below ``root`` as a document would write it (list items as
     mappings of what their default says), or None when the path names no field or it has no default.
     ``--set`` uses it to index a list the profile leaves at its default (orchestrator/profile/overrides.py)."""
@@ -100,7 +124,7 @@ def field_default(root: type[BaseModel], path: Loc) -> Any:
     return _as_written(value)
 
 
-def _as_written(value: Any) -> Any:
+def _as_written(value: object) -> object:
     if isinstance(value, BaseModel):
         return value.model_dump(mode="json", exclude_unset=True)  # what the default says, not every field
     if isinstance(value, list):
@@ -110,7 +134,7 @@ def _as_written(value: Any) -> Any:
     return value
 
 
-def model_in(annotation: Any) -> type[BaseModel] | None:
+def model_in(annotation: object) -> type[BaseModel] | None:
     """The pydantic model an annotation holds (itself, or inside Optional, list, dict), or None."""
     if isinstance(annotation, type) and issubclass(annotation, BaseModel):
         return annotation

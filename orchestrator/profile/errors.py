@@ -7,10 +7,10 @@ model is passed in, so this module needs no import of orchestrator/profile/model
 from __future__ import annotations
 
 import difflib
-from typing import Any
 
 import pydantic
 from pydantic import BaseModel
+from pydantic_core import ErrorDetails
 
 from orchestrator.profile import base as profile_base
 from orchestrator.profile import strictyaml
@@ -34,14 +34,14 @@ def describe(exc: pydantic.ValidationError, doc: strictyaml.Document, source: st
     return "\n".join([f"{source}: {len(problems)} problem(s) in the profile:"] + [text for _, text in problems])
 
 
-def _clean_loc(loc: tuple[Any, ...]) -> Loc:
+def _clean_loc(loc: tuple[int | str, ...]) -> Loc:
     # pydantic puts the tag of the weights-source kind it chose after "model.source"; it is no YAML key.
     if loc[:2] == ("model", "source") and len(loc) > 2 and loc[2] in ("pvc", "hostPath"):
         return (*loc[:2], *loc[3:])
     return tuple(loc)
 
 
-def _message(err: Any, loc: Loc, root: type[BaseModel], doc: strictyaml.Document) -> str:
+def _message(err: ErrorDetails, loc: Loc, root: type[BaseModel], doc: strictyaml.Document) -> str:
     kind = err["type"]
     if kind == "extra_forbidden":
         parent = _model_at(root, loc[:-1])
@@ -71,7 +71,7 @@ def _message(err: Any, loc: Loc, root: type[BaseModel], doc: strictyaml.Document
     return msg
 
 
-def _short(value: Any) -> str:
+def _short(value: object) -> str:
     text = repr(value)
     return text if len(text) <= 60 else text[:57] + "…"
 

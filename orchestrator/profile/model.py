@@ -1,9 +1,11 @@
 """The InferenceProfile: its pydantic models and the strict loader that turns a file into one.
 
 Every field carries a description (unit, and why the default is what it is); the profile
-reference in docs/ and the profile's JSON Schema are generated from these models. The engine
-section lives in profile_engine, its pod-level parts in profile_pod, what they share in
-profile_base and the error messages in profile_errors; this module is the entry callers import.
+reference in docs/ and the profile's JSON Schema are generated from these models. The model
+section lives in profile_weights, hardware and placement in profile_placement, the engine
+section in profile_engine, its pod-level parts in profile_pod, the gate's SLOs, API key and
+endpoint in slo, gate_auth and gate_endpoint, what they share in profile_base and the error
+messages in profile_errors; this module is the entry callers import.
 """
 
 from __future__ import annotations
@@ -12,22 +14,20 @@ import hashlib
 import json
 import pathlib
 import re
-from collections.abc import Callable
-from typing import Annotated, Any, Literal
+from collections.abc import Callable, Mapping
+from typing import Annotated, Literal
 
 import pydantic
 from pydantic import Field, PrivateAttr
 
-from orchestrator import conventions, engines, errors
-from orchestrator.catalog import lookup as catalog
-from orchestrator.gate import auth as gate_auth
-from orchestrator.gate import endpoint as gate_endpoint
-from orchestrator.gate import slo
+from orchestrator import conventions, engines, errors, user_files
 from orchestrator.profile import base as profile_base
 from orchestrator.profile import engine as profile_engine
 from orchestrator.profile import errors as profile_errors
+from orchestrator.profile import gate_auth, gate_endpoint, slo, strictyaml
+from orchestrator.profile import placement as profile_placement
 from orchestrator.profile import pod as profile_pod
-from orchestrator.profile import strictyaml, user_files
+from orchestrator.profile import weights as profile_weights
 
 API_VERSION = "deployctl/v1"
 KIND = "InferenceProfile"
@@ -43,13 +43,14 @@ _TOOL_LABEL_PREFIXES = (
     *("app.kubernetes.io/", "deployctl.dev/"),
 )
 DEFAULT_VLLM_VERSION = profile_engine.DEFAULT_VLLM_VERSION
-NVLINK_LABEL_KEY = "deployctl.dev/nvlink"
 
-# The sections and helpers that live in their own modules, under the names callers and this file use.
+# Sections that live in their own modules, under the names render and plan know them by.
 EngineSpec = profile_engine.EngineSpec
-_dns_label = profile_base.dns_label
-_user_labels = profile_base.user_labels
-Loc = profile_errors.Loc
+HardwareSpec = profile_placement.HardwareSpec
+Toleration = profile_placement.Toleration
+NVLINK_LABEL_KEY = profile_placement.NVLINK_LABEL_KEY
+PvcSource = profile_weights.PvcSource
+HostPathSource = profile_weights.HostPathSource
 
 
 class _Model(profile_base.Model):
@@ -57,280 +58,20 @@ class _Model(profile_base.Model):
 
 
 class Metadata(_Model):
-    name: str = Field(
+    name: Annotated[str, profile_base.dns_label_of("release name")] = Field(
         description="Release name: a DNS-1123 label (≤63 chars). Names the Deployment, Service and the release "
         "records, so it must stay the same across upgrades of one deployment.",
         examples=["llama3-70b"],
     )
-    namespace: str = Field(
+    namespace: Annotated[str, profile_base.dns_label_of("namespace")] = Field(
         default="default",
         description="Namespace the release lives in, with its release records and lock.",
         examples=["inference"],
     )
-    labels: dict[str, str] = Field(
+    labels: profile_base.UserLabels = Field(
         default_factory=dict,
         description="Extra labels put on every rendered object (e.g. team, cost centre).",
     )
-
-    @pydantic.field_validator("name")
-    @classmethod
-    def _name(cls, v: str) -> str:
-        return _dns_label(v, "release name")
-
-    @pydantic.field_validator("labels")
-    @classmethod
-    def _labels(cls, v: dict[str, str]) -> dict[str, str]:
-        return _user_labels(v)
-
-    @pydantic.field_validator("namespace")
-    @classmethod
-    def _namespace(cls, v: str) -> str:
-        return _dns_label(v, "namespace")
-
-
-class PvcSource(_Model):
-    pvc: str = Field(description="Name of the PersistentVolumeClaim holding the weights (mounted read-only).")
-    path: str = Field(
-        default="/models",
-        description="Absolute path of the weights directory inside the container; the claim is mounted at "
-        "`mountPath` and this path must lie under it.",
-        examples=["/models/llama3-70b"],
-    )
-    mountPath: str = Field(default="/models", description="Where the claim is mounted in the container.")
-
-    @pydantic.model_validator(mode="after")
-    def _path_under_mount(self) -> PvcSource:
-        if not self.path.startswith("/") or not (self.path + "/").startswith(self.mountPath.rstrip("/") + "/"):
-            raise ValueError(f"path {self.path!r} must be an absolute path under mountPath {self.mountPath!r}")
-        return self
-
-
-class HostPathSource(_Model):
-    hostPath: str = Field(description="Absolute directory on the node holding the weights (mounted read-only).")
-    mountPath: str = Field(default="/models", description="Where the directory appears in the container.")
-
-    @pydantic.field_validator("hostPath")
-    @classmethod
-    def _absolute(cls, v: str) -> str:
-        if not v.startswith("/"):
-            raise ValueError(f"hostPath {v!r} must be an absolute path")
-        return v
-
-
-def _source_kind(value: Any) -> str | None:
-    """Pick the weights-source model by its key, so errors speak of one kind, not both."""
-    if isinstance(value, dict):
-        return "hostPath" if "hostPath" in value else "pvc"
-    return "hostPath" if isinstance(value, HostPathSource) else "pvc"
-
-
-class ModelSpec(_Model):
-    name: str = Field(
-        description="The served model name clients send in requests (`--served-model-name`), e.g. the Hugging Face id.",
-        examples=["meta-llama/Meta-Llama-3-70B-Instruct"],
-    )
-    architecture: str | None = Field(
-        default=None,
-        description="Catalog key of the model's architecture (layers, heads, sizes) for the VRAM math. "
-        "Give this or `config`.",
-        examples=["llama-3-70b"],
-    )
-    config: str | None = Field(
-        default=None,
-        description="Path to the model's Hugging Face config.json, relative to the profile file, for models "
-        "outside the catalog. Give this or `architecture`.",
-    )
-    weightsDtype: Literal["auto", "bf16", "fp16", "fp8", "int8", "int4"] = Field(
-        default="auto",
-        description="Data type of the checkpoint weights. `auto` reads torch_dtype from the config (bf16 for "
-        "most current models), as vLLM does.",
-    )
-    source: Annotated[
-        Annotated[PvcSource, pydantic.Tag("pvc")] | Annotated[HostPathSource, pydantic.Tag("hostPath")],
-        pydantic.Discriminator(_source_kind),
-    ] = Field(
-        description="Where the weights come from inside the data center: a PVC or a host path. Nothing is "
-        "downloaded from a hub."
-    )
-    revision: str | None = Field(
-        default=None,
-        description="Revision (commit sha or tag) of the weights, recorded in the release history for audit.",
-    )
-    credentialsSecret: str | None = Field(
-        default=None,
-        description="Name of a Secret with key `token` exposed as HF_TOKEN, for gated weights on an internal "
-        "mirror. Only the name is ever stored in release records.",
-    )
-
-    @pydantic.field_validator("architecture")
-    @classmethod
-    def _known_architecture(cls, v: str | None) -> str | None:
-        return None if v is None else catalog.resolve_architecture(v)  # any case; the catalog's spelling kept
-
-    @pydantic.model_validator(mode="after")
-    def _one_of_architecture_or_config(self) -> ModelSpec:
-        if (self.architecture is None) == (self.config is None):
-            raise ValueError(
-                "give exactly one of model.architecture (a catalog key: "
-                + ", ".join(catalog.architecture_keys())
-                + ") or model.config (path to a config.json)"
-            )
-        return self
-
-
-class HardwareSpec(_Model):
-    gpu: str | None = Field(
-        default=None,
-        description="GPU catalog key; gives memory as CUDA reports it, native fp8, and the node product labels.",
-        examples=["A100-80GB"],
-    )
-    memoryGiB: float | None = Field(
-        default=None, gt=0, le=4096, description="Override: GPU memory in GiB as CUDA reports it (total)."
-    )
-    fp8: bool | None = Field(default=None, description="Override: whether the GPU has native fp8.")
-    productLabels: list[str] | None = Field(
-        default=None,
-        description="Values of the `nvidia.com/gpu.product` node label (set by GPU feature discovery) a node may "
-        "carry for these GPUs; they replace the catalog's for hardware.gpu. Required for a GPU outside the "
-        "catalog while placement.matchGpuProduct is on, so the constraint is never silently dropped.",
-        examples=[["NVIDIA-B200"]],
-    )
-    gpusPerNode: int = Field(
-        default=8,
-        ge=1,
-        le=64,
-        description="GPUs on one node; a copy needing more (TP × PP) spans nodes, with pipeline stages "
-        "across them (placement.nodesPerCopy).",
-    )
-    interconnect: Literal["nvlink", "pcie"] = Field(
-        default="nvlink", description="GPU-to-GPU link inside a node; TP > 2 over PCIe is slow."
-    )
-    nodeInterconnect: Literal["infiniband", "roce", "ethernet"] | None = Field(
-        default=None,
-        description="Link between the nodes of a copy that spans nodes: InfiniBand or RoCE (RDMA) carries "
-        "pipeline stages well; plain Ethernet makes the planner warn. Unset on a multi-node copy: the "
-        "planner asks for it.",
-    )
-
-    @pydantic.field_validator("gpu")
-    @classmethod
-    def _known_gpu(cls, v: str | None) -> str | None:
-        return None if v is None else catalog.resolve_gpu(v)  # any case; the catalog's spelling kept
-
-    @pydantic.field_validator("productLabels")
-    @classmethod
-    def _product_labels(cls, v: list[str] | None) -> list[str] | None:
-        if v is not None and (not v or not all(v)):
-            raise ValueError("give at least one non-empty nvidia.com/gpu.product value, e.g. [NVIDIA-B200]")
-        return v
-
-    @pydantic.model_validator(mode="after")
-    def _gpu_or_memory(self) -> HardwareSpec:
-        if self.gpu is None and self.memoryGiB is None:
-            raise ValueError("give hardware.gpu (one of " + ", ".join(catalog.gpu_keys()) + ") or hardware.memoryGiB")
-        return self
-
-
-class Toleration(_Model):
-    key: str | None = Field(
-        default=None,
-        description="Taint key. Unset matches every taint (of `effect`, if set), so it needs `operator: Exists` "
-        "written out: a toleration that only sets an effect is refused, not read as tolerate-everything.",
-    )
-    operator: Literal["Exists", "Equal"] = Field(default="Exists", description="How the value is compared.")
-    value: str | None = Field(default=None, description="Taint value, with operator Equal.")
-    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = Field(
-        default=None, description="Taint effect; unset matches all."
-    )
-
-    @pydantic.model_validator(mode="after")
-    def _key_or_everything_on_purpose(self) -> Toleration:
-        # The API server's rules (ValidateTolerations), and one of ours: a toleration without a key
-        # tolerates every taint (of its effect), so the operator that says so must be written, not defaulted.
-        if not self.key and self.operator == "Equal":
-            raise profile_base.field_error(
-                ("operator",),
-                "a toleration without a key must use operator Exists (Kubernetes refuses Equal there); "
-                "name the taint's key, e.g. key: nvidia.com/gpu",
-            )
-        if not self.key and "operator" not in self.model_fields_set:
-            matched = f"every {self.effect} taint" if self.effect else "every taint of every effect"
-            raise profile_base.field_error(
-                ("key",),
-                f"a toleration without a key tolerates {matched} on any node; name the taint's key "
-                "(e.g. key: nvidia.com/gpu), or write operator: Exists to tolerate them all on purpose",
-            )
-        if self.operator == "Exists" and self.value:
-            raise profile_base.field_error(
-                ("value",),
-                "operator Exists matches any value, so value must be empty (Kubernetes refuses it); "
-                "remove value, or use operator: Equal",
-            )
-        return self
-
-
-class NodeLabel(_Model):
-    key: str = Field(default=NVLINK_LABEL_KEY, description="Node label key.")
-    value: str = Field(default="true", description="Node label value.")
-
-
-def _default_tolerations() -> list[Toleration]:
-    return [Toleration(key="nvidia.com/gpu", operator="Exists", effect="NoSchedule")]
-
-
-class PlacementSpec(_Model):
-    nodeSelector: dict[str, str] = Field(default_factory=dict, description="Extra node labels a pod requires.")
-    nvlinkLabel: NodeLabel = Field(
-        default_factory=NodeLabel, description="The node label that marks NVLink-connected GPUs."
-    )
-    requireNvlink: bool | None = Field(
-        default=None,
-        description="Require nodes with the NVLink label. Unset: required when tensorParallelSize > 2, where "
-        "PCIe all-reduce costs most of the throughput.",
-    )
-    matchGpuProduct: bool = Field(
-        default=True,
-        description="Require nodes whose `nvidia.com/gpu.product` label is one of hardware.productLabels (default: "
-        "the catalog's for hardware.gpu), so the VRAM math holds on the node the pod lands on. Only NVIDIA's "
-        "label is matched.",
-    )
-    tolerations: list[Toleration] = Field(
-        default_factory=_default_tolerations,
-        description="Tolerations; the default tolerates the usual `nvidia.com/gpu` taint on GPU nodes.",
-    )
-    podLabels: dict[str, str] = Field(default_factory=dict, description="Extra labels on the pods.")
-    podAnnotations: dict[str, str] = Field(default_factory=dict, description="Extra annotations on the pods.")
-    priorityClassName: str | None = Field(default=None, description="PriorityClass of the pods.")
-    runtimeClassName: str | None = Field(
-        default=None,
-        description="RuntimeClass of the pods (e.g. `nvidia` where the GPU operator sets one up).",
-    )
-    nodesPerCopy: int | None = Field(
-        default=None,
-        ge=1,
-        le=64,
-        description="Nodes one model copy spans, one pod on each. Unset: 1 when tensorParallelSize × "
-        "pipelineParallelSize fits hardware.gpusPerNode, else as many nodes as that needs. More than 1 "
-        "renders a group (groupEngine) instead of a Deployment.",
-    )
-    groupEngine: Literal["kuberay", "lws"] = Field(
-        default="kuberay",
-        description="What runs a copy that spans nodes: `kuberay` (one RayCluster per copy, vLLM's Ray backend; "
-        "KubeRay's ray-operator must be installed) or `lws` (a LeaderWorkerSet, vLLM's multiprocessing "
-        "multi-node backend; the LeaderWorkerSet controller must be installed).",
-    )
-    topologyKey: str | None = Field(
-        default=None,
-        description="Node label whose value every node of one copy must share (a rack, fabric or "
-        "network-domain label, e.g. `network.example.com/fabric`): preflight counts nodes per domain and the "
-        "scheduler keeps a copy's pods inside one. Unset: any nodes.",
-        examples=["topology.kubernetes.io/zone"],
-    )
-
-    @pydantic.field_validator("podLabels")
-    @classmethod
-    def _pod_labels(cls, v: dict[str, str]) -> dict[str, str]:
-        return _user_labels(v)
 
 
 class RolloutSpec(_Model):
@@ -410,10 +151,10 @@ class HealthSpec(_Model):
 
 
 class GateSpec(_Model):
-    endpoint: str | None = Field(
+    endpoint: Annotated[str, pydantic.AfterValidator(gate_endpoint.checked)] | None = Field(
         default=None,
         # The rules (the release's own Service by default, an allow-list for others, no user@, query or
-        # fragment, the key only to the own Service) are orchestrator.gate.endpoint's and docs/security.md's:
+        # fragment, the key only to the own Service) are orchestrator.profile.gate_endpoint's and docs/security.md's:
         # this text is in the CRD, which is held byte for byte to 0.1.0's (docs/upgrading.md).
         description="URL users call (load balancer or ingress). Unset: pods are reached by port-forward "
         "through the API server.",
@@ -432,13 +173,6 @@ class GateSpec(_Model):
         description="Where the server's API key (vllm serve --api-key) lives, for the gate's /v1 requests. Unset: "
         "the server takes requests without a key. Only the Secret's name is stored, never the key.",
     )
-
-    @pydantic.field_validator("endpoint")
-    @classmethod
-    def _url(cls, v: str | None) -> str | None:
-        if v is not None and (why := gate_endpoint.problem(v)) is not None:
-            raise ValueError(why)
-        return v
 
 
 class AirgapSpec(_Model):
@@ -470,30 +204,26 @@ class AirgapSpec(_Model):
 _PROMETHEUS_DURATION = re.compile(conventions.PROMETHEUS_DURATION)
 
 
+def _prometheus_duration(v: str) -> str:
+    if not v or not _PROMETHEUS_DURATION.match(v):
+        raise ValueError(f"{v!r} is not a Prometheus duration; write it as 30s, 1m or 1m30s")
+    return v
+
+
 class PodMonitorSpec(_Model):
     enabled: bool = Field(
         default=False,
         description="Render a Prometheus Operator PodMonitor that scrapes the engine's metrics path on the API "
         "port. Off by default: its CRD (monitoring.coreos.com/v1) exists only where the operator is installed.",
     )
-    interval: str = Field(default="30s", description="Scrape interval, a Prometheus duration (15s, 1m, 1m30s).")
-    labels: dict[str, str] = Field(
+    interval: Annotated[str, pydantic.AfterValidator(_prometheus_duration)] = Field(
+        default="30s", description="Scrape interval, a Prometheus duration (15s, 1m, 1m30s)."
+    )
+    labels: profile_base.UserLabels = Field(
         default_factory=dict,
         description="Extra labels on the PodMonitor: what your Prometheus' podMonitorSelector matches "
         "(kube-prometheus-stack: `release: <its release name>`).",
     )
-
-    @pydantic.field_validator("interval")
-    @classmethod
-    def _duration(cls, v: str) -> str:
-        if not v or not _PROMETHEUS_DURATION.match(v):
-            raise ValueError(f"{v!r} is not a Prometheus duration; write it as 30s, 1m or 1m30s")
-        return v
-
-    @pydantic.field_validator("labels")
-    @classmethod
-    def _labels(cls, v: dict[str, str]) -> dict[str, str]:
-        return _user_labels(v)
 
 
 class MonitoringSpec(_Model):
@@ -506,10 +236,12 @@ class Profile(_Model):
     apiVersion: Literal["deployctl/v1"] = Field(description="Schema version of the profile.")
     kind: Literal["InferenceProfile"] = Field(description="Always InferenceProfile.")
     metadata: Metadata = Field(description="Release name, namespace and labels.")
-    model: ModelSpec = Field(description="What is served and where its weights live.")
+    model: profile_weights.ModelSpec = Field(description="What is served and where its weights live.")
     engine: EngineSpec = Field(description="The vLLM engine: image and serving parameters.")
     hardware: HardwareSpec = Field(description="The GPUs the model runs on.")
-    placement: PlacementSpec = Field(default_factory=PlacementSpec, description="Where pods may land.")
+    placement: profile_placement.PlacementSpec = Field(
+        default_factory=profile_placement.PlacementSpec, description="Where pods may land."
+    )
     rollout: RolloutSpec = Field(default_factory=RolloutSpec, description="How a new revision replaces the old.")
     gate: GateSpec = Field(default_factory=GateSpec, description="What a revision must pass to be kept.")
     airgap: AirgapSpec = Field(default_factory=AirgapSpec, description="Offline and egress settings.")
@@ -593,7 +325,7 @@ class Profile(_Model):
         engine = self.engine
         source = self.model.source
         return engines.ServerSettings(
-            model_path=source.path if isinstance(source, PvcSource) else source.mountPath,
+            model_path=source.path if isinstance(source, profile_weights.PvcSource) else source.mountPath,
             served_name=self.model.name,
             port=engine.port,
             tensor_parallel=engine.tensorParallelSize,
@@ -660,15 +392,15 @@ def loads(
     return profile
 
 
-def from_object(obj: dict[str, Any], source: str) -> Profile:
+def from_object(obj: Mapping[str, object], source: str) -> Profile:
     """The profile an InferenceProfile object read from the cluster holds (no YAML lines to point at)."""
     return loads(json.dumps(obj), source=source)
 
 
-def to_object(profile: Profile) -> dict[str, Any]:
+def to_object(profile: Profile) -> dict[str, object]:
     """``profile`` as an InferenceProfile object: what the file says (not its defaults), under spec."""
     written = profile.model_dump(mode="json", exclude_unset=True)
-    metadata: dict[str, Any] = {"name": profile.metadata.name, "namespace": profile.metadata.namespace}
+    metadata: dict[str, object] = {"name": profile.metadata.name, "namespace": profile.metadata.namespace}
     if profile.metadata.labels:
         metadata["labels"] = dict(profile.metadata.labels)
     spec = {k: v for k, v in written.items() if k not in ("apiVersion", "kind", "metadata")}
@@ -688,9 +420,9 @@ def _from_resource(doc: strictyaml.Document, source: str) -> strictyaml.Document
     taken = sorted(set(spec) & {"apiVersion", "kind", "metadata"})
     if taken:
         raise errors.InvalidProfile(f"{source}: spec.{taken[0]} belongs at the top of the object, not in its spec")
-    meta: dict[str, Any] = data["metadata"] if isinstance(data.get("metadata"), dict) else {}
-    labels: dict[str, Any] = meta["labels"] if isinstance(meta.get("labels"), dict) else {}
-    metadata: dict[str, Any] = {k: meta[k] for k in ("name", "namespace") if k in meta}
+    meta = _mapping(data.get("metadata"))
+    labels = _mapping(meta.get("labels"))
+    metadata: dict[str, object] = {k: meta[k] for k in ("name", "namespace") if k in meta}
     own = {k: v for k, v in labels.items() if not str(k).startswith(_TOOL_LABEL_PREFIXES)}
     if own:
         metadata["labels"] = own
@@ -702,3 +434,7 @@ def _from_resource(doc: strictyaml.Document, source: str) -> strictyaml.Document
         elif path[:1] != ("spec",):
             lines[path] = line
     return strictyaml.Document(profile_data, lines)
+
+
+def _mapping(value: object) -> Mapping[str, object]:
+    return value if isinstance(value, dict) else {}

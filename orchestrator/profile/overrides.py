@@ -12,13 +12,13 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import yaml
 
-from orchestrator import errors
-from orchestrator.profile import strictyaml, yaml_text
+from orchestrator import errors, yaml_text
+from orchestrator.profile import strictyaml
 
 _SEGMENT = re.compile(r"((?:[^.\[\]\\]|\\.)+)((?:\[\d+\])*)")
 _INDEX = re.compile(r"\[(\d+)\]")
@@ -27,7 +27,7 @@ _INDEX = re.compile(r"\[(\d+)\]")
 @dataclasses.dataclass(frozen=True)
 class Override:
     path: strictyaml.Path
-    value: Any
+    value: object  # as YAML reads it
     text: str  # as the user typed it, for messages and the record
 
 
@@ -89,7 +89,7 @@ def _split_dots(key: str) -> list[str]:
 
 
 # The default of a field the document does not write (a list's default items), by its path; None: none.
-Defaults = Callable[[strictyaml.Path], Any]
+Defaults = Callable[[strictyaml.Path], object]
 
 
 def apply(doc: strictyaml.Document, items: Sequence[Override], defaults: Defaults | None = None) -> strictyaml.Document:
@@ -103,7 +103,7 @@ def apply(doc: strictyaml.Document, items: Sequence[Override], defaults: Default
     """
     if not items:
         return doc
-    data: dict[str, Any] = _copy(doc.data)
+    data = {key: _copy(value) for key, value in doc.data.items()}
     origins = dict(doc.origins)
     seeded: dict[strictyaml.Path, int] = {}  # lists filled from their default -> how many default items
     for item in items:
@@ -113,7 +113,7 @@ def apply(doc: strictyaml.Document, items: Sequence[Override], defaults: Default
     return strictyaml.Document(data, doc.lines, origins)
 
 
-def _copy(value: Any) -> Any:
+def _copy(value: object) -> object:
     if isinstance(value, dict):
         return {k: _copy(v) for k, v in value.items()}
     if isinstance(value, list):
@@ -121,10 +121,13 @@ def _copy(value: Any) -> Any:
     return value
 
 
-def _set(data: dict[str, Any], item: Override, defaults: Defaults, seeded: dict[strictyaml.Path, int]) -> list[Any]:
+def _set(
+    data: dict[str, object], item: Override, defaults: Defaults, seeded: dict[strictyaml.Path, int]
+) -> list[strictyaml.Path]:
     """Set ``item`` in ``data``; return the paths of the list items it added."""
+    # A walk through YAML data: a mapping or a list at each step, checked before it is indexed.
     node: Any = data
-    added: list[Any] = []
+    added: list[strictyaml.Path] = []
     for depth, part in enumerate(item.path):
         last = depth == len(item.path) - 1
         nxt = item.path[depth + 1] if not last else None
@@ -154,15 +157,16 @@ def _set(data: dict[str, Any], item: Override, defaults: Defaults, seeded: dict[
         if child is None:
             child = {}
             if isinstance(nxt, int):
-                child = _copy(defaults(item.path[: depth + 1]) or [])
-                if child:
-                    seeded[item.path[: depth + 1]] = len(child)
+                default = _copy(defaults(item.path[: depth + 1]) or [])
+                if isinstance(default, list) and default:
+                    seeded[item.path[: depth + 1]] = len(default)
+                child = default
             node[part] = child
         node = child
     return added
 
 
-def _default_item(item: Override, path: strictyaml.Path, default: list[Any], index: int) -> errors.UsageError:
+def _default_item(item: Override, path: strictyaml.Path, default: list[object], index: int) -> errors.UsageError:
     shown = yaml.safe_dump(default, default_flow_style=True, sort_keys=False, width=1_000_000).strip()
     name = _dotted(path)
     return errors.UsageError(
@@ -180,7 +184,7 @@ def _dotted(path: strictyaml.Path) -> str:
     return out
 
 
-def effective_text(data: dict[str, Any], source: str, changes: Sequence[str]) -> str:
+def effective_text(data: Mapping[str, object], source: str, changes: Sequence[str]) -> str:
     """The effective profile as YAML, headed by what changed it, for the release record: the text
     parses to exactly the profile that was deployed, and says why it differs from the file."""
     # One comment line each, whatever the change holds: a newline in a value would end the comment

@@ -12,7 +12,7 @@ from __future__ import annotations
 import posixpath
 import re
 from collections.abc import Sequence
-from typing import Literal
+from typing import Annotated, Literal
 
 import pydantic
 from pydantic import Field
@@ -23,8 +23,6 @@ from orchestrator.profile import base as profile_base
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 # A key of a Secret or ConfigMap (Kubernetes IsConfigMapKey).
 _DATA_KEY = re.compile(r"^[-._a-zA-Z0-9]+$")
-# A Secret's or ConfigMap's name: a DNS-1123 subdomain.
-_OBJECT_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 # A resource quantity such as 1Gi or 500M (the emptyDir sizeLimit).
 _QUANTITY = re.compile(r"^[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E)?$")
 
@@ -71,39 +69,26 @@ def _deployctl_env() -> dict[str, str]:
 DEPLOYCTL_ENV = _deployctl_env()
 
 
-def _object_name(value: str, what: str) -> str:
-    if len(value) > 253 or not _OBJECT_NAME.match(value):
-        raise ValueError(
-            f"{value!r} is not a valid {what}: use lowercase letters, digits, '-' and '.', starting and ending "
-            "with a letter or digit"
-        )
-    return value
+def _data_key(v: str) -> str:
+    if not _DATA_KEY.match(v):
+        raise ValueError(f"{v!r} is not a valid key: use letters, digits, '-', '_' and '.'")
+    return v
+
+
+# A key of a Secret or ConfigMap, checked as the API server would.
+DataKey = Annotated[str, pydantic.AfterValidator(_data_key)]
 
 
 class KeyRef(profile_base.Model):
-    name: str = Field(description="Name of the Secret or ConfigMap, in the release's namespace.")
-    key: str = Field(description="The key in it whose value becomes the variable.")
+    name: Annotated[str, profile_base.object_name_of("Secret or ConfigMap name")] = Field(
+        description="Name of the Secret or ConfigMap, in the release's namespace."
+    )
+    key: DataKey = Field(description="The key in it whose value becomes the variable.")
     optional: bool = Field(
         default=False,
         description="Start the pod even when the object or key is missing (the variable is then unset). Off: "
         "the pod waits in CreateContainerConfigError until it exists, which names the problem.",
     )
-
-    @pydantic.field_validator("name")
-    @classmethod
-    def _name(cls, v: str) -> str:
-        return _object_name(v, "Secret or ConfigMap name")
-
-    @pydantic.field_validator("key")
-    @classmethod
-    def _key(cls, v: str) -> str:
-        return _data_key(v)
-
-
-def _data_key(v: str) -> str:
-    if not _DATA_KEY.match(v):
-        raise ValueError(f"{v!r} is not a valid key: use letters, digits, '-', '_' and '.'")
-    return v
 
 
 class EnvValueFrom(profile_base.Model):
@@ -147,13 +132,10 @@ class EnvVar(profile_base.Model):
 
 
 class ObjectRef(profile_base.Model):
-    name: str = Field(description="Name of the Secret or ConfigMap, in the release's namespace.")
+    name: Annotated[str, profile_base.object_name_of("Secret or ConfigMap name")] = Field(
+        description="Name of the Secret or ConfigMap, in the release's namespace."
+    )
     optional: bool = Field(default=False, description="Start the pod even when the object is missing.")
-
-    @pydantic.field_validator("name")
-    @classmethod
-    def _name(cls, v: str) -> str:
-        return _object_name(v, "Secret or ConfigMap name")
 
 
 class EnvFromSource(profile_base.Model):
@@ -178,13 +160,8 @@ class EnvFromSource(profile_base.Model):
 
 
 class KeyToPath(profile_base.Model):
-    key: str = Field(description="The key of the ConfigMap or Secret.")
+    key: DataKey = Field(description="The key of the ConfigMap or Secret.")
     path: str = Field(description="Relative file path the key is written to inside the volume.")
-
-    @pydantic.field_validator("key")
-    @classmethod
-    def _key(cls, v: str) -> str:
-        return _data_key(v)
 
     @pydantic.field_validator("path")
     @classmethod
@@ -199,39 +176,30 @@ def _relative_path(v: str, what: str) -> str:
 
 
 class PvcVolumeSource(profile_base.Model):
-    claimName: str = Field(description="Name of the PersistentVolumeClaim, in the release's namespace.")
+    claimName: Annotated[str, profile_base.object_name_of("PersistentVolumeClaim name")] = Field(
+        description="Name of the PersistentVolumeClaim, in the release's namespace."
+    )
     readOnly: bool = Field(default=False, description="Mount the claim read-only.")
-
-    @pydantic.field_validator("claimName")
-    @classmethod
-    def _name(cls, v: str) -> str:
-        return _object_name(v, "PersistentVolumeClaim name")
 
 
 class ConfigMapVolumeSource(profile_base.Model):
-    name: str = Field(description="Name of the ConfigMap; each key becomes a file.")
+    name: Annotated[str, profile_base.object_name_of("ConfigMap name")] = Field(
+        description="Name of the ConfigMap; each key becomes a file."
+    )
     items: list[KeyToPath] = Field(
         default_factory=list, description="Only these keys, at these paths; empty: every key, named after it."
     )
     optional: bool = Field(default=False, description="Start the pod even when the ConfigMap is missing.")
 
-    @pydantic.field_validator("name")
-    @classmethod
-    def _name(cls, v: str) -> str:
-        return _object_name(v, "ConfigMap name")
-
 
 class SecretVolumeSource(profile_base.Model):
-    secretName: str = Field(description="Name of the Secret; each key becomes a file.")
+    secretName: Annotated[str, profile_base.object_name_of("Secret name")] = Field(
+        description="Name of the Secret; each key becomes a file."
+    )
     items: list[KeyToPath] = Field(
         default_factory=list, description="Only these keys, at these paths; empty: every key, named after it."
     )
     optional: bool = Field(default=False, description="Start the pod even when the Secret is missing.")
-
-    @pydantic.field_validator("secretName")
-    @classmethod
-    def _name(cls, v: str) -> str:
-        return _object_name(v, "Secret name")
 
 
 class EmptyDirVolumeSource(profile_base.Model):

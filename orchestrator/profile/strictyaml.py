@@ -15,7 +15,7 @@ from typing import Any
 
 import yaml
 
-from orchestrator.profile import yaml_text
+from orchestrator import yaml_text
 
 MAX_BYTES = 1024 * 1024  # a real profile is a few KiB; more is a mistake or an attack
 MAX_DEPTH = 32
@@ -40,7 +40,7 @@ class YamlProblem(ValueError):
 
 @dataclasses.dataclass(frozen=True)
 class Document:
-    data: dict[str, Any]
+    data: dict[str, object]
     lines: dict[Path, int]  # path of a key or list item -> 1-based line
     # Paths set from outside the text (``--set``, ``-n``) -> what set them, for messages.
     origins: dict[Path, str] = dataclasses.field(default_factory=dict)
@@ -120,7 +120,7 @@ def parse(raw: bytes) -> Document:
     return Document(data=data, lines=lines, scalars=scalars)
 
 
-def quoting_hint(doc: Document, path: Path, value: Any) -> str | None:
+def quoting_hint(doc: Document, path: Path, value: object) -> str | None:
     """For a value YAML read as a boolean, number, date or null where a string is wanted: the
     message that says so and how to quote it; None for any other value."""
     kind = _YAML_KINDS.get(type(value))
@@ -147,7 +147,7 @@ _YAML_KINDS: dict[type, str] = {
 
 def _convert(
     node: yaml.Node, path: Path, lines: dict[Path, int], loader: yaml.SafeLoader, scalars: dict[Path, str]
-) -> Any:
+) -> object:
     if len(path) > MAX_DEPTH:
         raise YamlProblem(f"the document nests deeper than {MAX_DEPTH} levels", node.start_mark.line + 1)
     if isinstance(node, (yaml.MappingNode, yaml.SequenceNode)) and node.tag not in _PLAIN_COLLECTION_TAGS:
@@ -157,7 +157,7 @@ def _convert(
             node.start_mark.line + 1,
         )
     if isinstance(node, yaml.MappingNode):
-        out: dict[str, Any] = {}
+        out: dict[str, object] = {}
         for key_node, value_node in node.value:
             if not isinstance(key_node, yaml.ScalarNode):
                 raise YamlProblem("mapping keys must be plain strings", key_node.start_mark.line + 1)
@@ -185,7 +185,7 @@ def _convert(
     return value
 
 
-def _construct(node: yaml.Node, loader: yaml.SafeLoader) -> Any:
+def _construct(node: yaml.Node, loader: yaml.SafeLoader) -> object:
     try:
         return loader.construct_object(node, deep=True)
     except yaml.YAMLError as e:
@@ -213,6 +213,6 @@ def check_line_separators(text: str) -> None:
             )
 
 
-def dump(data: Mapping[str, Any]) -> str:
+def dump(data: Mapping[str, object]) -> str:
     """Deterministic YAML for data we wrote ourselves (sorted keys, block style)."""
     return yaml_text.safe_dump(dict(data), sort_keys=True, default_flow_style=False, allow_unicode=True)

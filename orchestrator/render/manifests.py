@@ -20,11 +20,10 @@ from typing import Any, NoReturn
 import jinja2
 import yaml
 
-from orchestrator import conventions, errors
+from orchestrator import conventions, errors, yaml_text
 from orchestrator.plan import planner
 from orchestrator.profile import base as profile_base
 from orchestrator.profile import model as profiles
-from orchestrator.profile import yaml_text
 from orchestrator.render import chart_values, resolve
 
 CHART_NAME = "vllm-inference"  # also app.kubernetes.io/name, as in a chart made by `helm create`

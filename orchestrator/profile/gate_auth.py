@@ -6,7 +6,7 @@ for ``/v1/models`` and the smoke benchmark, so the profile names a Secret and a 
 deployctl reads it at gate time (RBAC: ``get`` on that one Secret). Only the name is stored in
 the profile and the release records; the value lives in memory for the gate's requests alone.
 
-This module holds the profile's model and the decoding; the read itself goes through
+This module (a profile section) holds the model and the decoding; the read itself goes through
 :mod:`orchestrator.kube` (the only module that talks to the API server): the caller hands in its
 ``Kube.get``, so the profile's floor never imports the cluster client.
 """

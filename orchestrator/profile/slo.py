@@ -1,5 +1,5 @@
 """The SLO language: vLLM's SLA syntax, a map ``metric → "<op><number>"``, over the metric names
-of :mod:`orchestrator.gate.metrics`.
+that the gate measures (the numeric fields of :class:`orchestrator.gate.metrics.Metrics`).
 
 One parser for the profile (so `deployctl validate` refuses a typo with a did-you-mean, before
 anything touches a cluster) and for the gate (which judges what was measured against it).
@@ -10,12 +10,40 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import math
-from collections.abc import Mapping
-
-from orchestrator.gate import metrics
+import operator
+from collections.abc import Callable, Mapping
 
 OPERATORS = ("<=", ">=", "==", "<", ">")  # two-character operators first: "<=" must not parse as "<"
-METRIC_NAMES = tuple(name for name, field in metrics.Metrics.model_fields.items() if field.annotation is not str)
+_COMPARE: dict[str, Callable[[float, float], bool]] = {
+    "<=": operator.le,
+    ">=": operator.ge,
+    "==": operator.eq,
+    "<": operator.lt,
+    ">": operator.gt,
+}
+_LATENCIES = tuple(
+    f"{stat}_{latency}_ms"
+    for latency in ("ttft", "tpot", "itl", "e2el")
+    for stat in ("mean", "median", "std", "p95", "p99")
+)
+# The names of vLLM's `bench serve --save-result` JSON, in gate.metrics.Metrics' field order. The
+# profile's floor holds them so `validate` checks an SLO without importing the gate; the gate's
+# Metrics model declares the same numeric fields, and tests/test_gate.py holds the two equal.
+METRIC_NAMES = (
+    "completed",
+    "failed",
+    "duration",
+    "total_input_tokens",
+    "total_output_tokens",
+    "request_throughput",
+    "output_throughput",
+    "total_token_throughput",
+    "max_output_tokens_per_s",
+    "max_concurrent_requests",
+    *_LATENCIES,
+    "error_rate",
+    "median_decode_tok_s_per_stream",
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -26,15 +54,7 @@ class Condition:
     threshold: float
 
     def holds(self, value: float) -> bool:
-        if self.op == "<=":
-            return value <= self.threshold
-        if self.op == ">=":
-            return value >= self.threshold
-        if self.op == "<":
-            return value < self.threshold
-        if self.op == ">":
-            return value > self.threshold
-        return value == self.threshold
+        return _COMPARE[self.op](value, self.threshold)
 
     def __str__(self) -> str:
         return f"{self.op}{self.threshold:g}"

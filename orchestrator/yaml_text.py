@@ -8,8 +8,6 @@ dumper writes such a string double-quoted, where they are escapes (``\\N``, ``\\
 
 from __future__ import annotations
 
-from typing import Any
-
 import yaml
 
 LINE_SEPARATORS = {
@@ -31,7 +29,16 @@ def _represent_str(dumper: yaml.SafeDumper, value: str) -> yaml.Node:
 _Dumper.add_representer(str, _represent_str)
 
 
-def safe_dump(data: Any, **options: Any) -> str:
+def safe_dump(
+    data: object, *, sort_keys: bool, default_flow_style: bool, allow_unicode: bool, width: int | None = None
+) -> str:
     """``yaml.safe_dump`` that keeps line separators exact."""
-    text: str = yaml.dump(data, Dumper=_Dumper, **options)
+    text: str = yaml.dump(
+        data,
+        Dumper=_Dumper,
+        sort_keys=sort_keys,
+        default_flow_style=default_flow_style,
+        allow_unicode=allow_unicode,
+        width=width,
+    )
     return text

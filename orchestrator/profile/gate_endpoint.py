@@ -70,6 +70,13 @@ def problem(url: str) -> str | None:
     return None
 
 
+def checked(url: str) -> str:
+    """``url`` when it has the form :func:`problem` allows, else the problem as a ValueError (the profile's check)."""
+    if (why := problem(url)) is not None:
+        raise ValueError(why)
+    return url
+
+
 def _is_ip(host: str) -> bool:
     try:
         ipaddress.ip_address(host)

@@ -1,0 +1,99 @@
+"""The profile's model section: which model is served, its architecture (or config.json) for the
+VRAM math, and where its weights come from inside the data center (a PVC or a host path).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+import pydantic
+from pydantic import Field
+
+from orchestrator.catalog import lookup as catalog
+from orchestrator.profile import base as profile_base
+
+
+class PvcSource(profile_base.Model):
+    pvc: str = Field(description="Name of the PersistentVolumeClaim holding the weights (mounted read-only).")
+    path: str = Field(
+        default="/models",
+        description="Absolute path of the weights directory inside the container; the claim is mounted at "
+        "`mountPath` and this path must lie under it.",
+        examples=["/models/llama3-70b"],
+    )
+    mountPath: str = Field(default="/models", description="Where the claim is mounted in the container.")
+
+    @pydantic.model_validator(mode="after")
+    def _path_under_mount(self) -> PvcSource:
+        if not self.path.startswith("/") or not (self.path + "/").startswith(self.mountPath.rstrip("/") + "/"):
+            raise ValueError(f"path {self.path!r} must be an absolute path under mountPath {self.mountPath!r}")
+        return self
+
+
+class HostPathSource(profile_base.Model):
+    hostPath: str = Field(description="Absolute directory on the node holding the weights (mounted read-only).")
+    mountPath: str = Field(default="/models", description="Where the directory appears in the container.")
+
+    @pydantic.field_validator("hostPath")
+    @classmethod
+    def _absolute(cls, v: str) -> str:
+        if not v.startswith("/"):
+            raise ValueError(f"hostPath {v!r} must be an absolute path")
+        return v
+
+
+def _source_kind(value: object) -> str | None:
+    """Pick the weights-source model by its key, so errors speak of one kind, not both."""
+    if isinstance(value, dict):
+        return "hostPath" if "hostPath" in value else "pvc"
+    return "hostPath" if isinstance(value, HostPathSource) else "pvc"
+
+
+class ModelSpec(profile_base.Model):
+    name: str = Field(
+        description="The served model name clients send in requests (`--served-model-name`), e.g. the Hugging Face id.",
+        examples=["meta-llama/Meta-Llama-3-70B-Instruct"],
+    )
+    # The catalog's key in any case; the catalog's spelling kept.
+    architecture: Annotated[str, pydantic.AfterValidator(catalog.resolve_architecture)] | None = Field(
+        default=None,
+        description="Catalog key of the model's architecture (layers, heads, sizes) for the VRAM math. "
+        "Give this or `config`.",
+        examples=["llama-3-70b"],
+    )
+    config: str | None = Field(
+        default=None,
+        description="Path to the model's Hugging Face config.json, relative to the profile file, for models "
+        "outside the catalog. Give this or `architecture`.",
+    )
+    weightsDtype: Literal["auto", "bf16", "fp16", "fp8", "int8", "int4"] = Field(
+        default="auto",
+        description="Data type of the checkpoint weights. `auto` reads torch_dtype from the config (bf16 for "
+        "most current models), as vLLM does.",
+    )
+    source: Annotated[
+        Annotated[PvcSource, pydantic.Tag("pvc")] | Annotated[HostPathSource, pydantic.Tag("hostPath")],
+        pydantic.Discriminator(_source_kind),
+    ] = Field(
+        description="Where the weights come from inside the data center: a PVC or a host path. Nothing is "
+        "downloaded from a hub."
+    )
+    revision: str | None = Field(
+        default=None,
+        description="Revision (commit sha or tag) of the weights, recorded in the release history for audit.",
+    )
+    credentialsSecret: str | None = Field(
+        default=None,
+        description="Name of a Secret with key `token` exposed as HF_TOKEN, for gated weights on an internal "
+        "mirror. Only the name is ever stored in release records.",
+    )
+
+    @pydantic.model_validator(mode="after")
+    def _one_of_architecture_or_config(self) -> ModelSpec:
+        if (self.architecture is None) == (self.config is None):
+            raise ValueError(
+                "give exactly one of model.architecture (a catalog key: "
+                + ", ".join(catalog.architecture_keys())
+                + ") or model.config (path to a config.json)"
+            )
+        return self
