@@ -14,10 +14,9 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from orchestrator.apply import pipeline
 from orchestrator.cli import app as cli
 from orchestrator.errors import ExitCode
-from orchestrator.plan import preflight
+from orchestrator.plan import cluster_preflight, preflight
 from orchestrator.render import manifests as render
 
 IMAGE = "registry.internal/deployctl/controller@sha256:" + "ab" * 32
@@ -155,6 +154,6 @@ def test_preflight_lists_only_scheduled_unfinished_pods_cluster_wide() -> None:
 
     prof = profiles.load(pathlib.Path(__file__).resolve().parent.parent / "profiles" / "dev-tp2.yaml")
     kube = _Recorder()
-    pipeline._preflight(kube, prof, planner.plan(prof))  # type: ignore[arg-type]
+    cluster_preflight._verdict(kube, prof, render.render(prof, planner.plan(prof)))  # type: ignore[arg-type]
     assert ("Pod", None, preflight.POD_FIELDS) in kube.lists
     assert preflight.POD_FIELDS == "spec.nodeName!=,status.phase!=Succeeded,status.phase!=Failed"

@@ -9,17 +9,17 @@ so it exits 10, not 6.
 from __future__ import annotations
 
 from orchestrator import conventions
-from orchestrator.apply import applyset, pipeline, rollout, verify
+from orchestrator.apply import applyset, rollout, sequence, verify
 from orchestrator.apply.outcome import Failure, Outcome, Timings
 from orchestrator.kube import connect
-from orchestrator.plan import planner
+from orchestrator.plan import cluster_preflight, planner
 from orchestrator.profile.model import Profile
 from orchestrator.records import releases
 from orchestrator.records import trust as record_trust
 from orchestrator.render import manifests as render
 
 
-def gate(profile: Profile, profile_text: str, options: pipeline.Options, report: verify.Reporter) -> Outcome:
+def gate(profile: Profile, profile_text: str, options: sequence.Options, report: verify.Reporter) -> Outcome:
     """Wait for the sync, judge the synced revision and record it (deployed or failed)."""
     timings, name, namespace = Timings(), profile.metadata.name, profile.metadata.namespace
     with timings.phase("plan"):
@@ -32,18 +32,11 @@ def gate(profile: Profile, profile_text: str, options: pipeline.Options, report:
     # (its name carries the pod templates' hash, so it exists only once this revision was applied).
     synced = next(o for o in reversed(objects) if o["kind"] in ("Deployment", *conventions.GROUP_KINDS))
     kind, target = synced["kind"], synced["metadata"]["name"]
-    applyset.check_access(kube, namespace, pipeline.check_group_engine(kube, profile))
+    applyset.check_access(kube, namespace, cluster_preflight.check_group_engine(kube, profile))
     # Unreadable or newer records, or signatures without a key: refused before any wait or write;
     # a ConfigMap posing as a record is said.
     record_trust.for_write(kube, name, namespace, options.keys, report)
-    spec = verify.spec_of(
-        profile,
-        objects,
-        timeout=options.timeout,
-        endpoint=options.endpoint,
-        skip_bench=options.skip_bench,
-        allowed_hosts=options.allowed_gate_hosts,
-    )
+    spec = sequence.gate_spec(profile, objects, options)
     want = profile.spec_hash()
 
     def waiting(have: str | None) -> None:
@@ -68,7 +61,7 @@ def gate(profile: Profile, profile_text: str, options: pipeline.Options, report:
         return Outcome(
             "gate_failed", name, namespace, message, failure=Failure("not_synced", message, "sync"), timings=timings
         )
-    with pipeline.locked(kube, namespace, name, user, options, report) as lock:
+    with sequence.release_lock(kube, namespace, name, user, options, report) as lock:
         live = releases.live(record_trust.for_write(kube, name, namespace, options.keys, report).trusted)
         applied = render.to_yaml(applyset.live_objects(kube, name, namespace)).encode()
         actor = releases.actor(user, options.environ)
@@ -77,10 +70,10 @@ def gate(profile: Profile, profile_text: str, options: pipeline.Options, report:
             previous = live.gate if live else None
             judged = verify.verify(kube, name, namespace, spec, previous, report, timings, abort=lock.lost_reason)
         except Exception as e:  # the gate's verdict is recorded whatever happened
-            judged = verify.Judgement(pipeline.unexpected(e, timings.current))
+            judged = verify.Judgement(sequence.unexpected_failure(e, timings.current))
         failure, gate_report = judged.failure, judged.smoke
         described = f"gitops sync gated{' — failed: ' + failure.cls if failure else ''}"
-        record = pipeline.record_revision(kube, draft, "failed" if failure else "deployed", described, judged)
+        record = sequence.record_revision(kube, draft, "failed" if failure else "deployed", described, judged)
     if failure:
         message = (
             f"revision {record.revision} failed its gate ({failure.cls}): {failure.message}. "

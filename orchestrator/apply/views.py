@@ -13,9 +13,8 @@ from typing import Any
 import yaml
 
 from orchestrator import conventions, errors
-from orchestrator.apply import applyset, pipeline
-from orchestrator.apply.pipeline import Options
-from orchestrator.kube import Kube, connect
+from orchestrator.apply import applyset, sequence
+from orchestrator.kube import Kube, connect, connection
 from orchestrator.plan import planner, preflight
 from orchestrator.profile import user_files
 from orchestrator.profile.model import Profile
@@ -24,7 +23,7 @@ from orchestrator.records import trust as record_trust
 from orchestrator.render import manifests as render
 
 
-def history(options: Options, name: str, namespace: str) -> list[dict[str, Any]]:
+def history(options: connection.Connection, name: str, namespace: str) -> list[dict[str, Any]]:
     kube = connect(options.kubeconfig, options.context)
     records = releases.load_history(kube, name, namespace)
     if not records:
@@ -32,7 +31,7 @@ def history(options: Options, name: str, namespace: str) -> list[dict[str, Any]]
     return releases.summaries(records)
 
 
-def status(options: Options, name: str, namespace: str) -> dict[str, Any]:
+def status(options: connection.Connection, name: str, namespace: str) -> dict[str, Any]:
     kube = connect(options.kubeconfig, options.context)
     records = releases.load_history(kube, name, namespace)
     if not records:
@@ -187,12 +186,12 @@ def format_status(data: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def diff(options: Options, profile: Profile, plan: planner.Plan) -> str:
+def diff(options: connection.Connection, profile: Profile, plan: planner.Plan) -> str:
     """Unified diff between the live objects and what a server-side apply would make of the render."""
     return "".join(d["diff"] for d in diff_objects(options, profile, plan))
 
 
-def diff_objects(options: Options, profile: Profile, plan: planner.Plan) -> list[dict[str, Any]]:
+def diff_objects(options: connection.Connection, profile: Profile, plan: planner.Plan) -> list[dict[str, Any]]:
     """Per rendered object: kind, name, namespace, change (create, update or unchanged) and its unified diff."""
     kube = connect(options.kubeconfig, options.context)
     out: list[dict[str, Any]] = []
@@ -228,14 +227,14 @@ def _clean(obj: dict[str, Any]) -> str:
     return yaml.safe_dump(applyset.clean(obj), sort_keys=True, default_flow_style=False)
 
 
-def inventory(options: Options) -> list[dict[str, Any]]:
+def inventory(options: connection.Connection) -> list[dict[str, Any]]:
     kube = connect(options.kubeconfig, options.context)
     nodes, _ = kube.list("Node")
     pods, _ = kube.list("Pod")
     return preflight.gpu_pools(nodes, pods)
 
 
-def audit_export(options: Options, name: str, namespace: str) -> dict[str, Any]:
+def audit_export(options: connection.Connection, name: str, namespace: str) -> dict[str, Any]:
     kube = connect(options.kubeconfig, options.context)
     records = releases.load_history(kube, name, namespace)
     if not records:
@@ -244,7 +243,7 @@ def audit_export(options: Options, name: str, namespace: str) -> dict[str, Any]:
 
 
 def audit_verify(
-    options: Options, name: str | None, namespace: str, export_file: str | None, against: str | None
+    options: sequence.Options, name: str | None, namespace: str, export_file: str | None, against: str | None
 ) -> dict[str, Any]:
     if export_file:
         doc = _read_export(export_file)
@@ -283,7 +282,7 @@ def audit_verify(
 
 
 def audit_trust(
-    options: Options, name: str, namespace: str, up_to: int | None, report: record_trust.Report
+    options: sequence.Options, name: str, namespace: str, up_to: int | None, report: record_trust.Report
 ) -> dict[str, Any]:
     """``deployctl audit trust``: append a signed record that vouches for revisions 1 to ``up_to``
     (default: the newest) through the hash they chain to. Refused unless that chain verifies."""
@@ -294,7 +293,7 @@ def audit_trust(
         )
     kube = connect(options.kubeconfig, options.context)
     user = kube.whoami()
-    with pipeline.locked(kube, namespace, name, user, options, report):
+    with sequence.release_lock(kube, namespace, name, user, options, report):
         records = releases.load_history(kube, name, namespace)
         if not records:
             raise _no_records(kube, name, namespace)
@@ -367,7 +366,7 @@ def _read_export(path: str) -> dict[str, Any]:
     return doc
 
 
-def calibration(options: Options, release: str, namespace: str, profile: Profile) -> planner.Calibration:
+def calibration(options: connection.Connection, release: str, namespace: str, profile: Profile) -> planner.Calibration:
     """The planner's error as the newest deployed revision of ``release`` with a start-up
     observation showed it, for ``plan --calibrate-from``; refused when that revision ran another
     model, GPU, vLLM version or TP size, since the error does not carry over."""

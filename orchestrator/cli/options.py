@@ -108,13 +108,13 @@ def handles_errors(fn: F) -> F:
 
 
 def options(signing_key: str | None = None, verify_keys: Sequence[str] = (), **kw: Any) -> Any:
-    """The pipeline's Options for a cluster command (imported late: it pulls in the kubernetes client),
-    with the keys of ``--signing-key`` and ``--verify-key`` (docs/security.md#signed-records)."""
-    from orchestrator.apply import pipeline
+    """The apply sequences' Options for a cluster command (imported late: it pulls in the kubernetes
+    client), with the keys of ``--signing-key`` and ``--verify-key`` (docs/security.md#signed-records)."""
+    from orchestrator.apply import sequence
     from orchestrator.records import trust as record_trust
 
     keys = record_trust.load(signing_key, verify_keys)
-    return pipeline.Options(environ=dict(os.environ), keys=keys, **kw)
+    return sequence.Options(environ=dict(os.environ), keys=keys, **kw)
 
 
 def signing_options(fn: F) -> F:
