@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import difflib
 import json
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, TypedDict
 
 import yaml
 
@@ -21,6 +22,18 @@ from orchestrator.profile.model import Profile
 from orchestrator.records import audit, purge, releases
 from orchestrator.records import trust as record_trust
 from orchestrator.render import manifests as render
+
+
+class PodRow(TypedDict):
+    """One pod of the release in ``status``."""
+
+    name: str
+    ready: bool
+    phase: str | None
+    node: str | None
+    gpus: int
+    copy: str | None  # the copy across nodes it belongs to, and its role there; None for one-pod copies
+    role: str | None
 
 
 def history(options: connection.Connection, name: str, namespace: str) -> list[dict[str, Any]]:
@@ -41,26 +54,7 @@ def status(options: connection.Connection, name: str, namespace: str) -> dict[st
     last_failed = next((r for r in reversed(records) if r.outcome == "failed"), None)
     deployment = kube.get("Deployment", name, namespace) or {}
     pods, _ = kube.list("Pod", namespace, labels=f"{conventions.RELEASE_LABEL}={name}")
-    pod_rows = []
-    for pod in sorted(pods, key=lambda p: p["metadata"]["name"]):
-        conditions = {c["type"]: c["status"] for c in (pod.get("status") or {}).get("conditions") or []}
-        try:
-            gpus = conventions.pod_gpus(pod)
-        except ValueError:
-            gpus = 0  # an unreadable quantity on someone's pod must not hide the release's status
-        labels = pod["metadata"].get("labels") or {}
-        pod_rows.append(
-            {
-                "name": pod["metadata"]["name"],
-                "ready": conditions.get("Ready") == "True",
-                "phase": (pod.get("status") or {}).get("phase"),
-                "node": pod.get("spec", {}).get("nodeName"),
-                "gpus": gpus,
-                # A copy across nodes: which copy the pod belongs to and its role in it.
-                "copy": labels.get(conventions.COPY_LABEL),
-                "role": labels.get(conventions.GROUP_ROLE_LABEL),
-            }
-        )
+    pod_rows = [_pod_row(pod) for pod in sorted(pods, key=lambda p: p["metadata"]["name"])]
     dep_status = deployment.get("status") or {}
     copies = applyset.release_objects(kube, "RayCluster", name, namespace)
     return {
@@ -83,15 +77,40 @@ def status(options: connection.Connection, name: str, namespace: str) -> dict[st
         "last_failure": ({"revision": last_failed.revision, **(last_failed.failure or {})} if last_failed else None),
         "revisions": len(records),
         # Set when `deployctl uninstall` removed the release and nothing was deployed since.
-        "uninstalled": {
-            "revision": gone.revision,
-            "timestamp": gone.timestamp,
-            "actor": gone.actor,
-            "deleted": gone.deleted or [],
-            "restorable": (target.revision if (target := releases.rollback_target(records)) else None),
-        }
-        if gone
-        else None,
+        "uninstalled": _uninstalled(gone, records) if gone else None,
+    }
+
+
+def _pod_row(pod: Mapping[str, Any]) -> PodRow:
+    """One pod of the release as ``status`` lists it."""
+    status = pod.get("status") or {}
+    conditions = {c["type"]: c["status"] for c in status.get("conditions") or []}
+    try:
+        gpus = conventions.pod_gpus(pod)
+    except ValueError:
+        gpus = 0  # an unreadable quantity on someone's pod must not hide the release's status
+    labels = pod["metadata"].get("labels") or {}
+    return {
+        "name": pod["metadata"]["name"],
+        "ready": conditions.get("Ready") == "True",
+        "phase": status.get("phase"),
+        "node": pod.get("spec", {}).get("nodeName"),
+        "gpus": gpus,
+        # A copy across nodes: which copy the pod belongs to and its role in it.
+        "copy": labels.get(conventions.COPY_LABEL),
+        "role": labels.get(conventions.GROUP_ROLE_LABEL),
+    }
+
+
+def _uninstalled(gone: releases.Record, records: list[releases.Record]) -> dict[str, object]:
+    """The uninstall record's summary, and the revision a rollback would re-deploy."""
+    target = releases.rollback_target(records)
+    return {
+        "revision": gone.revision,
+        "timestamp": gone.timestamp,
+        "actor": gone.actor,
+        "deleted": gone.deleted or [],
+        "restorable": target.revision if target else None,
     }
 
 
@@ -101,7 +120,7 @@ def _no_records(kube: Kube, name: str, namespace: str) -> errors.UnknownRelease:
     return errors.UnknownRelease(purge.explained(conventions.no_records_message(name, namespace), stones, namespace))
 
 
-def _copy_counts(copies: list[dict[str, Any]], pods: list[dict[str, Any]]) -> dict[str, int]:
+def _copy_counts(copies: list[dict[str, Any]], pods: list[PodRow]) -> dict[str, int]:
     """Copies across nodes: each is ready when all its pods are (the head serves only once its
     workers joined Ray), and KubeRay counts its ready workers."""
     ready = 0
