@@ -99,6 +99,12 @@ class MemorySplit:
     kv_cache_gib: float  # what vLLM logs as "Available KV cache memory" (negative: does not fit)
     headroom_gib: float  # total − budget: left to other processes (and the engine's graphs where not counted)
 
+    @classmethod
+    def of(cls, gpu: engines.MemoryInputs, kv: engines.KvBudget, kv_cache_gib: float) -> MemorySplit:
+        """The split of ``gpu``'s memory under the engine's rule ``kv``, ``kv_cache_gib`` after any calibration."""
+        graphs, headroom = kv.cuda_graphs, gpu.total - kv.budget
+        return cls(gpu.total, kv.budget, gpu.weights, gpu.activation, gpu.non_torch, graphs, kv_cache_gib, headroom)
+
     def to_json(self) -> dict[str, float]:
         return {k: round(v, 3) for k, v in self.__dict__.items()}
 
@@ -228,10 +234,11 @@ def calibrate(recorded_plan: Mapping[str, Any], observed_kv_tokens: int, source:
     return Calibration(overhead_gib=planned_gib - observed_gib, source=source)
 
 
-def same_setup(recorded_plan: Mapping[str, Any], profile: profile_schema.Profile) -> bool:
+def same_setup(recorded_plan: Mapping[str, object], profile: profile_schema.Profile) -> bool:
     """Whether a recorded plan is for the same model, GPU, vLLM version and split (TP and PP) as
     ``profile`` (a calibration only carries over between those: the split decides the per-GPU share)."""
-    inputs = dict(recorded_plan.get("inputs") or {})
+    recorded = recorded_plan.get("inputs")
+    inputs: dict[str, object] = dict(recorded) if isinstance(recorded, Mapping) else {}
     # Plans recorded before deployctl served other engines name only the vLLM version.
     inputs.setdefault("engine", "vllm")
     inputs.setdefault("engine_version", inputs.get("vllm_version"))
@@ -269,16 +276,7 @@ def plan(profile: profile_schema.Profile, calibration: Calibration | None = None
         kv_cache_tokens=int(c.concurrency * eng.maxModelLen),
         max_concurrency=c.concurrency,
         max_model_len_that_fits=c.usable_tokens,
-        memory=MemorySplit(
-            total_gib=total_gib,
-            budget_gib=kv.budget,
-            weights_gib=c.weights,
-            activation_peak_gib=gpu_memory.activation,
-            non_torch_gib=gpu_memory.non_torch,
-            cuda_graphs_gib=kv.cuda_graphs,
-            kv_cache_gib=c.available,
-            headroom_gib=total_gib - kv.budget,
-        ),
+        memory=MemorySplit.of(gpu_memory, kv, c.available),
         inputs=_inputs(c, weights_dtype, kv, calibration),
         findings=tuple(sorted(findings.of(c), key=lambda f: -SEVERITY_ORDER[f.severity])),
     )
