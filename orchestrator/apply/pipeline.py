@@ -1,10 +1,11 @@
 """The apply, gate and rollback sequences: plan → preflight → lock → apply → watch → gate → record.
 
-Each step is one call into the module that owns it; this module decides the order and what a
-failure means (roll back, hold, or stop). ``orchestrator.apply.outcome`` turns the ending into an exit
-code. Nothing is left half-applied: any failure after the first write, an unexpected exception
-or a lost lock included, ends in a recorded failed revision and the last good release's stored
-bytes restored (or, on a first install, removal of what was created).
+Each step is one call into the module that owns it (every check before the first write is one call
+into ``orchestrator.plan.cluster_preflight``, which also renders the release, once); this module
+decides the order and what a failure means (roll back, hold, or stop). ``orchestrator.apply.outcome``
+turns the ending into an exit code. Nothing is left half-applied: any failure after the first write,
+an unexpected exception or a lost lock included, ends in a recorded failed revision and the last
+good release's stored bytes restored (or, on a first install, removal of what was created).
 """
 
 from __future__ import annotations

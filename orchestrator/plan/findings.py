@@ -22,26 +22,70 @@ GIB = memory.GIB
 
 @dataclass(frozen=True)
 class Context:
+    """One GPU of a profile as the planner sized it; the plan's numbers and the findings read it."""
+
     profile: profile_schema.Profile
-    arch: catalog.ModelArch
     split: layout.Split
-    total_gib: float
     native_fp8: bool
-    budget: float
-    available: float
-    kv_per_token: int
-    blocks: int
-    usable_tokens: int
-    weights: float
-    weights_fit: bool
-    concurrency: float
     batched_tokens: int
-    engine: engines.Engine
-    block_size: int
-    memory_warnings: list[str]
+    gpu: engines.MemoryInputs  # the GPU's memory as modelled, in GiB
+    kv: engines.KvBudget  # what the engine's rule makes of it
+    available: float  # GiB of KV cache per GPU, after any calibration
+
+    @property
+    def arch(self) -> catalog.ModelArch:
+        return self.split.arch
+
+    @property
+    def engine(self) -> engines.Engine:
+        return self.profile.engine.engine
+
+    @property
+    def block_size(self) -> int:
+        return self.engine.block_size
+
+    @property
+    def total_gib(self) -> float:
+        return self.gpu.total
+
+    @property
+    def budget(self) -> float:
+        return self.kv.budget
+
+    @property
+    def weights(self) -> float:
+        return self.gpu.weights
+
+    @property
+    def weights_fit(self) -> bool:
+        return self.gpu.weights <= self.kv.budget
+
+    @property
+    def kv_per_token(self) -> int:
+        return self.split.kv_bytes_per_token()
+
+    @property
+    def blocks(self) -> int:
+        return max(0, math.floor(self.available * GIB / (self.kv_per_token * self.block_size)))
+
+    @property
+    def usable_tokens(self) -> int:
+        # vLLM keeps one block back as the null block (the other engines near enough too); a
+        # request must fit in the rest.
+        return max(0, self.blocks - 1) * self.block_size
+
+    @property
+    def concurrency(self) -> float:
+        """Full-length (maxModelLen) sequences the KV cache holds at once."""
+        return self.blocks / math.ceil(self.profile.engine.maxModelLen / self.block_size)
+
+    @property
+    def memory_warnings(self) -> list[str]:
+        return self.engine.memory_warnings(self.gpu, self.kv)
 
 
 def of(c: Context) -> list[Finding]:
+    """Every finding about ``c``, unsorted."""
     out: list[Finding] = []
     out += _parallelism_findings(c)
     out += layout.findings(c.profile, c.split, c.batched_tokens)

@@ -28,7 +28,6 @@ Pure: takes a Profile, returns a Plan. Its only I/O is reading a model config th
 
 from __future__ import annotations
 
-import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -265,7 +264,8 @@ def plan(profile: profile_schema.Profile, calibration: Calibration | None = None
     gpu_memory = _memory_inputs(profile, split, total_gib, batched_tokens)
     # Each engine turns the same model of the GPU into its KV cache by its own rule (engines.*.kv_budget).
     kv = eng.engine.kv_budget(gpu_memory)
-    c = _context(profile, split, native_fp8, batched_tokens, gpu_memory, kv, calibration)
+    available = kv.kv - (calibration.overhead_gib if calibration else 0.0)
+    c = findings.Context(profile, split, native_fp8, batched_tokens, gpu_memory, kv, available)
     whole_model = layout.Split(arch, 1, 1, split.weight_bytes, kv_dtype_bytes)
     return Plan(
         weights_gib_per_gpu=c.weights,
@@ -297,44 +297,6 @@ def _memory_inputs(
         activation=memory.activation_bytes(split, batched_tokens, eng.maxNumSeqs) / memory.GIB,
         non_torch=non_torch,
         cuda_graphs=graphs if _cuda_graphs_reserved(profile) else 0.0,
-    )
-
-
-def _context(
-    profile: profile_schema.Profile,
-    split: layout.Split,
-    native_fp8: bool,
-    batched_tokens: int,
-    gpu_memory: engines.MemoryInputs,
-    kv: engines.KvBudget,
-    calibration: Calibration | None,
-) -> findings.Context:
-    """The KV cache in blocks, tokens and full-length sequences, with what the findings judge by."""
-    serving, block_size = profile.engine.engine, profile.engine.engine.block_size
-    available = kv.kv - (calibration.overhead_gib if calibration else 0.0)
-    kv_per_token = split.kv_bytes_per_token()
-    blocks = max(0, math.floor(available * memory.GIB / (kv_per_token * block_size)))
-    # vLLM keeps one block back as the null block (the other engines near enough too); a request
-    # must fit in the rest.
-    usable_tokens = max(0, blocks - 1) * block_size
-    return findings.Context(
-        profile=profile,
-        arch=split.arch,
-        split=split,
-        total_gib=gpu_memory.total,
-        native_fp8=native_fp8,
-        budget=kv.budget,
-        available=available,
-        kv_per_token=kv_per_token,
-        blocks=blocks,
-        usable_tokens=usable_tokens,
-        weights=gpu_memory.weights,
-        weights_fit=gpu_memory.weights <= kv.budget,
-        concurrency=blocks / math.ceil(profile.engine.maxModelLen / block_size),
-        batched_tokens=batched_tokens,
-        engine=serving,
-        block_size=block_size,
-        memory_warnings=serving.memory_warnings(gpu_memory, kv),
     )
 
 

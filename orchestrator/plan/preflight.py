@@ -31,6 +31,8 @@ POD_FIELDS = "spec.nodeName!=,status.phase!=Succeeded,status.phase!=Failed"
 _ALL = "all"
 # (strategy name, downtime, refusal) as the strategy functions choose them.
 _Choice = tuple[str, bool, str | None]
+# Eligible nodes by placement.topologyKey value (one "all" domain without the key).
+_Domains = dict[str, list[node_reports.NodeReport]]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -191,7 +193,7 @@ def _check_groups(
         node_reports.name_of(n): node_reports.labels_of(n).get(key, "") if key is not None else _ALL for n in nodes
     }
     eligible = [r for r in reports if r.eligible]
-    domains: dict[str, list[node_reports.NodeReport]] = {}
+    domains: _Domains = {}
     for r in sorted(eligible, key=lambda r: (domain_of[r.name], r.name)):
         domains.setdefault(domain_of[r.name], []).append(r)
 
@@ -222,10 +224,7 @@ def _check_groups(
 
 
 def _group_strategy(
-    prof: profile.Profile,
-    domains: dict[str, list[node_reports.NodeReport]],
-    spare_by_domain: dict[str, int],
-    replaces: bool,
+    prof: profile.Profile, domains: _Domains, spare_by_domain: dict[str, int], replaces: bool
 ) -> _Choice:
     """(strategy name, downtime, refusal) for groups; ``replaces``: running groups would change.
 
@@ -284,9 +283,7 @@ def _group_strategy(
     )
 
 
-def _nodes_short(
-    domains: dict[str, list[node_reports.NodeReport]], spare_by_domain: dict[str, int], m: int, gpp: int, want: int
-) -> dict[str, int]:
+def _nodes_short(domains: _Domains, spare_by_domain: dict[str, int], m: int, gpp: int, want: int) -> dict[str, int]:
     """The fewest nodes with ``gpp`` free GPUs to add (or free), by domain, for ``want`` spare copies.
 
     Per domain, the nodes that c more copies need (at most c × m: c fresh copies); then the cheapest
