@@ -42,9 +42,9 @@ class Checked:
 def run(
     kube: Kube, profile: Profile, plan: planner.Plan, keys: record_trust.Keys, report: Report, *, adopt: bool
 ) -> Checked:
-    """Every check before the first write, in the order that refuses cheapest first; ``report`` hears
-    the verdict's warnings and strategy. A refusal comes back in ``verdict.refusal``; the other checks
-    raise (exit codes in docs/cli.md)."""
+    """Every check before the first write; ``report`` hears the verdict's warnings, its strategy and
+    what --adopt takes over. The verdict's refusal comes back in ``verdict.refusal`` (nothing after it
+    is checked); the other checks raise (exit codes in docs/cli.md)."""
     name, namespace = profile.metadata.name, profile.metadata.namespace
     user = kube.whoami()
     group_kind = check_group_engine(kube, profile)
