@@ -33,32 +33,12 @@ class Context:
     available: float  # GiB of KV cache per GPU, after any calibration
 
     @property
-    def arch(self) -> catalog.ModelArch:
-        return self.split.arch
-
-    @property
     def engine(self) -> engines.Engine:
         return self.profile.engine.engine
 
     @property
     def block_size(self) -> int:
         return self.engine.block_size
-
-    @property
-    def total_gib(self) -> float:
-        return self.gpu.total
-
-    @property
-    def budget(self) -> float:
-        return self.kv.budget
-
-    @property
-    def weights(self) -> float:
-        return self.gpu.weights
-
-    @property
-    def weights_fit(self) -> bool:
-        return self.gpu.weights <= self.kv.budget
 
     @property
     def kv_per_token(self) -> int:
@@ -79,10 +59,6 @@ class Context:
         """Full-length (maxModelLen) sequences the KV cache holds at once."""
         return self.blocks / math.ceil(self.profile.engine.maxModelLen / self.block_size)
 
-    @property
-    def memory_warnings(self) -> list[str]:
-        return self.engine.memory_warnings(self.gpu, self.kv)
-
 
 def of(c: Context) -> list[Finding]:
     """Every finding about ``c``, unsorted."""
@@ -100,13 +76,16 @@ def _engine_findings(c: Context) -> list[Finding]:
     """Fields the profile's engine cannot honour: refused, never silently dropped."""
     refusals = c.profile.engine.engine.refusals(c.profile.server_settings())
     out = [Finding("engine-unsupported", "invalid", r.message, r.field) for r in refusals]
-    out += [Finding("engine-memory", "warning", m, "engine.gpuMemoryUtilization") for m in c.memory_warnings]
+    out += [
+        Finding("engine-memory", "warning", m, "engine.gpuMemoryUtilization")
+        for m in c.engine.memory_warnings(c.gpu, c.kv)
+    ]
     return out
 
 
 def _parallelism_findings(c: Context) -> list[Finding]:
     out: list[Finding] = []
-    eng, hw, a = c.profile.engine, c.profile.hardware, c.arch
+    eng, hw, a = c.profile.engine, c.profile.hardware, c.split.arch
     tp, pp = eng.tensorParallelSize, eng.pipelineParallelSize
     valid = layout.valid_tensor_parallel_sizes(a)
     if tp not in valid:
@@ -133,7 +112,7 @@ def _parallelism_findings(c: Context) -> list[Finding]:
 
 
 def _context_length_findings(c: Context) -> list[Finding]:
-    eng, a = c.profile.engine, c.arch
+    eng, a = c.profile.engine, c.split.arch
     if eng.maxModelLen <= a.max_model_len:
         return []
     # Each engine refuses it its own way (vLLM and SGLang with an override variable, TGI and
@@ -152,7 +131,7 @@ def _context_length_findings(c: Context) -> list[Finding]:
 
 def _memory_findings(c: Context) -> list[Finding]:
     eng = c.profile.engine
-    if not c.weights_fit:
+    if not c.gpu.weights <= c.kv.budget:  # the weights alone do not fit
         return [_weights_do_not_fit(c)]
     out: list[Finding] = []
     if c.usable_tokens < eng.maxModelLen:
@@ -163,13 +142,13 @@ def _memory_findings(c: Context) -> list[Finding]:
 
 
 def _weights_do_not_fit(c: Context) -> Finding:
-    eng, a = c.profile.engine, c.arch
+    eng, a = c.profile.engine, c.split.arch
 
     gpn = c.profile.hardware.gpusPerNode
 
     def roomy(tp: int, pp: int) -> bool:  # weights that leave room for anything at all
         split = layout.Split(a, tp, pp, c.split.weight_bytes, c.split.kv_bytes)
-        return memory.weights_bytes_per_gpu(split) / GIB < 0.8 * c.budget
+        return memory.weights_bytes_per_gpu(split) / GIB < 0.8 * c.kv.budget
 
     # The smallest valid TP inside one node, else that node's TP with more pipeline stages across nodes.
     in_node = [tp for tp in layout.valid_tensor_parallel_sizes(a) if tp <= gpn]
@@ -193,8 +172,8 @@ def _weights_do_not_fit(c: Context) -> Finding:
     return Finding(
         "weights-do-not-fit",
         "error",
-        f"the weights alone need {c.weights:.1f} GiB per GPU but {c.engine.title} may use {c.budget:.1f} GiB "
-        f"({c.total_gib:.2f} GiB × gpuMemoryUtilization {eng.gpuMemoryUtilization}); {fix}, quantized "
+        f"the weights alone need {c.gpu.weights:.1f} GiB per GPU but {c.engine.title} may use {c.kv.budget:.1f} GiB "
+        f"({c.gpu.total:.2f} GiB × gpuMemoryUtilization {eng.gpuMemoryUtilization}); {fix}, quantized "
         "weights (fp8 halves them), or GPUs with more memory.",
         "engine.tensorParallelSize",
     )
@@ -213,7 +192,7 @@ def _kv_too_small(c: Context) -> Finding:
         fixes.append("kvCacheDtype fp8 (halves KV memory per token)")
     # The utilization at which one full sequence (plus vLLM's null block) would fit.
     needed_gib = (eng.maxModelLen + c.block_size) * c.kv_per_token / GIB - c.available
-    utilization = math.ceil((c.budget + needed_gib) / c.total_gib * 100) / 100
+    utilization = math.ceil((c.kv.budget + needed_gib) / c.gpu.total * 100) / 100
     if utilization <= 0.98:
         fixes.append(f"gpuMemoryUtilization {utilization:.2f}")
     fixes.append("a larger tensorParallelSize")

@@ -268,7 +268,7 @@ def plan(profile: profile_schema.Profile, calibration: Calibration | None = None
     c = findings.Context(profile, split, native_fp8, batched_tokens, gpu_memory, kv, available)
     whole_model = layout.Split(arch, 1, 1, split.weight_bytes, kv_dtype_bytes)
     return Plan(
-        weights_gib_per_gpu=c.weights,
+        weights_gib_per_gpu=c.gpu.weights,
         kv_bytes_per_token_per_gpu=c.kv_per_token,
         kv_bytes_per_token_model=whole_model.kv_bytes_per_token(),
         kv_cache_gib_per_gpu=c.available,
@@ -304,7 +304,7 @@ def _inputs(
     c: findings.Context, weights_dtype: str, kv: engines.KvBudget, calibration: Calibration | None
 ) -> PlanInputs:
     """What the plan was worked out from (``PlanInputs``)."""
-    arch, split, eng, hw = c.arch, c.split, c.profile.engine, c.profile.hardware
+    arch, split, eng, hw = c.split.arch, c.split, c.profile.engine, c.profile.hardware
     return {
         "model": arch.source,
         "model_type": arch.model_type,
