@@ -3,7 +3,7 @@
 Cluster commands are checked at the library entry the CLI calls (``orchestrator.apply.pipeline.apply``,
 ``orchestrator.apply.views.status``, …), replaced by a fake that records what it was given: each
 option, and its ``DEPLOYCTL_<COMMAND>_<OPTION>`` environment variable, must arrive in the
-:class:`orchestrator.apply.pipeline.Options` (or arguments) the library receives.
+:class:`orchestrator.apply.sequence.Options` (or arguments) the library receives.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import pytest
 import yaml
 
 from orchestrator import errors
-from orchestrator.apply import gitops, pipeline, views
+from orchestrator.apply import gitops, pipeline, sequence, views
 from orchestrator.apply import outcome as outcome_mod
 from orchestrator.cli import app as cli
 from orchestrator.errors import ExitCode
@@ -59,8 +59,8 @@ class Recorder:
         return self.result
 
     @property
-    def options(self) -> pipeline.Options:
-        found = [a for a in self.calls[-1] if isinstance(a, pipeline.Options)]
+    def options(self) -> sequence.Options:
+        found = [a for a in self.calls[-1] if isinstance(a, sequence.Options)]
         assert len(found) == 1, self.calls
         return found[0]
 
@@ -91,7 +91,7 @@ def outcome(result: outcome_mod.Result = "deployed", failure: outcome_mod.Failur
 def fake_apply(monkeypatch: pytest.MonkeyPatch) -> Recorder:
     recorder = Recorder(outcome())
 
-    def apply(prof: profile.Profile, text: str, options: pipeline.Options, report: Any) -> Any:
+    def apply(prof: profile.Profile, text: str, options: sequence.Options, report: Any) -> Any:
         report("apply", "progress that must not reach stdout")
         return recorder(prof, text, options, report)
 

@@ -16,7 +16,7 @@ import yaml
 from test_releases import NOW, FakeKube
 
 from orchestrator import conventions, errors
-from orchestrator.apply import applyset, confine, pipeline, verify
+from orchestrator.apply import applyset, confine, pipeline, sequence, verify
 from orchestrator.apply.outcome import Failure, Timings
 from orchestrator.plan import planner
 from orchestrator.profile import model as profile
@@ -251,7 +251,7 @@ def test_rollback_to_a_record_with_objects_outside_the_release_writes_nothing_an
     records = kube.creates
 
     with pytest.raises(errors.OutsideRelease) as refused:
-        pipeline.restore(kube, target, "rollback to 1", pipeline.Options(), lambda *_: None, {"user": "bob"})
+        pipeline.restore(kube, target, "rollback to 1", sequence.Options(), lambda *_: None, {"user": "bob"})
 
     assert "Deployment/llama3-70b in namespace kube-system is outside" in refused.value.message
     assert "ClusterRoleBinding/pwned is not a kind" in refused.value.message
@@ -264,7 +264,7 @@ def test_rollback_refuses_to_take_over_an_object_that_is_no_longer_the_release()
     foreign_service(kube)  # after an uninstall, another team took the name
 
     with pytest.raises(errors.Takeover, match="would take over Service/llama3-70b"):
-        pipeline.restore(kube, target, "rollback to 1", pipeline.Options(), lambda *_: None, {"user": "bob"})
+        pipeline.restore(kube, target, "rollback to 1", sequence.Options(), lambda *_: None, {"user": "bob"})
     assert kube.applied == []
 
 
@@ -289,7 +289,7 @@ def fail(kube: FakeKube, live: releases.Record | None, existed: frozenset[tuple[
         live,
         failure,
         verify.Judgement(None),
-        pipeline.Options(),
+        sequence.Options(),
         lambda *_: None,
         Timings(),
         existed,

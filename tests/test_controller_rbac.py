@@ -14,7 +14,7 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from orchestrator.apply import pipeline
+from orchestrator.apply import cluster_preflight
 from orchestrator.cli import app as cli
 from orchestrator.errors import ExitCode
 from orchestrator.plan import preflight
@@ -155,6 +155,6 @@ def test_preflight_lists_only_scheduled_unfinished_pods_cluster_wide() -> None:
 
     prof = profiles.load(pathlib.Path(__file__).resolve().parent.parent / "profiles" / "dev-tp2.yaml")
     kube = _Recorder()
-    pipeline._preflight(kube, prof, planner.plan(prof))  # type: ignore[arg-type]
+    cluster_preflight._verdict(kube, prof, render.render(prof, planner.plan(prof)))  # type: ignore[arg-type]
     assert ("Pod", None, preflight.POD_FIELDS) in kube.lists
     assert preflight.POD_FIELDS == "spec.nodeName!=,status.phase!=Succeeded,status.phase!=Failed"

@@ -278,7 +278,8 @@ def test_the_capacity_page_shows_the_405b_plan_as_deployctl_prints_it(tmp_path: 
 
 def test_the_findings_table_lists_every_code_the_planner_gives() -> None:
     source = "".join(
-        (docblocks.ROOT / "orchestrator" / name).read_text() for name in ("plan/planner.py", "plan/layout.py")
+        (docblocks.ROOT / "orchestrator" / name).read_text()
+        for name in ("plan/planner.py", "plan/findings.py", "plan/layout.py")
     )
     emitted = set(re.findall(r'Finding\(\s*"([a-z0-9-]+)"', source))
     page = (docblocks.DOCS / "capacity.md").read_text().split("## Findings the planner gives", 1)[1]

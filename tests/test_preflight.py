@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from orchestrator import conventions, errors
-from orchestrator.plan import preflight
+from orchestrator.plan import node_reports, preflight
 from orchestrator.profile import model as profile
 
 NAMESPACE = "inference"
@@ -111,7 +111,7 @@ def other(on: str, gpus: int = 4) -> dict[str, Any]:
     return pod(f"training-{on}", on, gpus, namespace="research")
 
 
-def report(result: preflight.Preflight, name: str) -> preflight.NodeReport:
+def report(result: preflight.Preflight, name: str) -> node_reports.NodeReport:
     return next(r for r in result.nodes if r.name == name)
 
 
@@ -425,7 +425,7 @@ def test_gpu_pools_group_gpu_nodes_by_product_and_nvlink() -> None:
         pod("done", "gpu-a100-nvl-1", 4, phase="Failed"),
     ]
 
-    pools = preflight.gpu_pools(nodes, pods)
+    pools = node_reports.gpu_pools(nodes, pods)
 
     assert pools == [
         {

@@ -19,7 +19,7 @@ from click.testing import CliRunner
 from orchestrator.apply import views
 from orchestrator.cli import app as cli
 from orchestrator.errors import ExitCode
-from orchestrator.plan import preflight
+from orchestrator.plan import node_reports, preflight
 from orchestrator.profile import json_schema
 from orchestrator.profile import model as profile
 from orchestrator.profile import pod as profile_pod
@@ -195,7 +195,7 @@ def test_inventory_names_the_catalog_gpu_of_each_product_and_the_labels_to_copy_
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     nodes = [_node("b200-0", "NVIDIA-B200"), _node("h100-0", "NVIDIA-H100-80GB-HBM3")]
-    pools = preflight.gpu_pools(nodes, [])
+    pools = node_reports.gpu_pools(nodes, [])
     assert [(p["product"], p["gpu"]) for p in pools] == [("NVIDIA-B200", None), ("NVIDIA-H100-80GB-HBM3", "H100-80GB")]
     # The cluster read is views' job (e2e); here the CLI prints what gpu_pools made of these nodes.
     monkeypatch.setattr(views, "inventory", lambda options: pools)

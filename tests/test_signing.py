@@ -23,7 +23,7 @@ from test_record_format import golden_configmaps, golden_export, store
 from test_releases import NOW, FakeKube
 
 from orchestrator import errors
-from orchestrator.apply import pipeline
+from orchestrator.apply import pipeline, sequence
 from orchestrator.cli import app as cli
 from orchestrator.errors import ExitCode
 from orchestrator.records import attestation, audit, encoding, releases, revisions, signing, writer
@@ -230,7 +230,7 @@ def test_restore_refuses_a_forged_target_before_writing_anything() -> None:
     kube = store(3)
     forged = forge(kube)
     creates = kube.creates
-    options = pipeline.Options(keys=keys())
+    options = sequence.Options(keys=keys())
 
     outcome = pipeline.restore(kube, forged, "rollback", options, lambda *_: None, {})  # type: ignore[arg-type]
 
@@ -542,9 +542,9 @@ def test_a_write_to_a_release_none_of_whose_records_is_trusted_is_refused_not_ta
 
 
 def test_the_key_options_and_variables_reach_the_pipeline_options(monkeypatch: pytest.MonkeyPatch) -> None:
-    seen: list[pipeline.Options] = []
+    seen: list[sequence.Options] = []
 
-    def rollback(name: str, namespace: str, to: int | None, options: pipeline.Options, report: Any) -> Any:
+    def rollback(name: str, namespace: str, to: int | None, options: sequence.Options, report: Any) -> Any:
         seen.append(options)
         return pipeline.Outcome("deployed", name, namespace, "ok", 2)
 
@@ -567,9 +567,9 @@ def test_the_key_options_and_variables_reach_the_pipeline_options(monkeypatch: p
 def test_audit_verify_key_reaches_the_view(monkeypatch: pytest.MonkeyPatch) -> None:
     from orchestrator.apply import views
 
-    seen: list[pipeline.Options] = []
+    seen: list[sequence.Options] = []
 
-    def audit_verify(options: pipeline.Options, *rest: Any) -> dict[str, Any]:
+    def audit_verify(options: sequence.Options, *rest: Any) -> dict[str, Any]:
         seen.append(options)
         return {"ok": True, "records": 1, "head": "0" * 64, "problems": [], "signatures": "checked"}
 
@@ -590,7 +590,7 @@ class Cluster(FakeKube):
         return "alice"
 
 
-def audit_trust(monkeypatch: pytest.MonkeyPatch, kube: Cluster, options: pipeline.Options) -> dict[str, Any]:
+def audit_trust(monkeypatch: pytest.MonkeyPatch, kube: Cluster, options: sequence.Options) -> dict[str, Any]:
     from orchestrator.apply import views
 
     monkeypatch.setattr(views, "connect", lambda *_: kube)
@@ -604,7 +604,7 @@ def test_audit_trust_vouches_for_the_intact_unsigned_chain_and_releases_its_lock
     for cm in golden_configmaps(2):
         kube.create(cm)
 
-    result = audit_trust(monkeypatch, kube, pipeline.Options(keys=keys()))
+    result = audit_trust(monkeypatch, kube, sequence.Options(keys=keys()))
 
     head = history(kube)[4].hash
     assert result == {"revision": 6, "up_to": 5, "head": head, "keyid": signing.load_signer(str(TEST_KEY)).keyid}
@@ -627,7 +627,7 @@ def test_audit_trust_never_vouches_for_a_record_whose_signature_does_not_verify(
     creates = kube.creates
 
     with pytest.raises(errors.AuditFailed, match=r"not vouched for: revision 5: its signature covers another"):
-        audit_trust(monkeypatch, kube, pipeline.Options(keys=keys()))
+        audit_trust(monkeypatch, kube, sequence.Options(keys=keys()))
     assert kube.creates == creates + 1  # the lock's Lease; no record
 
 
@@ -635,7 +635,7 @@ def test_audit_trust_needs_a_signing_key() -> None:
     from orchestrator.apply import views
 
     with pytest.raises(errors.UsageError, match="give --signing-key"):
-        views.audit_trust(pipeline.Options(keys=keys(None, TEST_PUB)), RELEASE, NS, None, lambda *_: None)
+        views.audit_trust(sequence.Options(keys=keys(None, TEST_PUB)), RELEASE, NS, None, lambda *_: None)
 
 
 @pytest.mark.skipif(os.geteuid() == 0, reason="root reads any file")

@@ -8,10 +8,12 @@ so it exits 10, not 6.
 
 from __future__ import annotations
 
+from typing import Any
+
 from orchestrator import conventions
-from orchestrator.apply import applyset, pipeline, rollout, verify
+from orchestrator.apply import applyset, cluster_preflight, rollout, sequence, verify
 from orchestrator.apply.outcome import Failure, Outcome, Timings
-from orchestrator.kube import connect
+from orchestrator.kube import Kube, connect
 from orchestrator.plan import planner
 from orchestrator.profile.model import Profile
 from orchestrator.records import revisions, writer
@@ -19,7 +21,7 @@ from orchestrator.records import trust as record_trust
 from orchestrator.render import manifests as render
 
 
-def gate(profile: Profile, profile_text: str, options: pipeline.Options, report: verify.Reporter) -> Outcome:
+def gate(profile: Profile, profile_text: str, options: sequence.Options, report: verify.Reporter) -> Outcome:
     """Wait for the sync, judge the synced revision and record it (deployed or failed)."""
     timings, name, namespace = Timings(), profile.metadata.name, profile.metadata.namespace
     with timings.phase("plan"):
@@ -28,47 +30,17 @@ def gate(profile: Profile, profile_text: str, options: pipeline.Options, report:
     kube = connect(options.kubeconfig, options.context)
     user = kube.whoami()
     objects = render.render(profile, plan)
-    # The object whose annotation says the sync happened: the Deployment, or a copy's group object
-    # (its name carries the pod templates' hash, so it exists only once this revision was applied).
-    synced = next(o for o in reversed(objects) if o["kind"] in ("Deployment", *conventions.GROUP_KINDS))
-    kind, target = synced["kind"], synced["metadata"]["name"]
-    applyset.check_access(kube, namespace, pipeline.check_group_engine(kube, profile))
+    applyset.check_access(kube, namespace, cluster_preflight.check_group_engine(kube, profile))
     # Unreadable or newer records, or signatures without a key: refused before any wait or write;
     # a ConfigMap posing as a record is said.
     record_trust.for_write(kube, name, namespace, options.keys, report)
-    spec = verify.spec_of(
-        profile,
-        objects,
-        timeout=options.timeout,
-        endpoint=options.endpoint,
-        skip_bench=options.skip_bench,
-        allowed_hosts=options.allowed_gate_hosts,
-    )
-    want = profile.spec_hash()
-
-    def waiting(have: str | None) -> None:
-        report("sync", f"waiting for the GitOps tool to apply profile {want[:12]} (live: {(have or 'none')[:12]})")
-
+    spec = sequence.gate_spec(profile, objects, options)
     with timings.phase("sync"):
-        have = rollout.wait_for_annotation(
-            kube,
-            namespace,
-            target,
-            conventions.PROFILE_HASH_ANNOTATION,
-            want,
-            timeout=spec.rollout_timeout,
-            progress=waiting,
-            kind=kind,
-        )
-    if have != want:
-        message = (
-            f"{kind} {namespace}/{target} never carried profile hash {want[:12]} (has {(have or 'none')[:12]}); "
-            "did the GitOps sync apply this commit's manifests?"
-        )
-        return Outcome(
-            "gate_failed", name, namespace, message, failure=Failure("not_synced", message, "sync"), timings=timings
-        )
-    with pipeline.locked(kube, namespace, name, user, options, report) as lock:
+        not_synced = _wait_for_sync(kube, profile, objects, spec.rollout_timeout, report)
+    if not_synced is not None:
+        unsynced = Failure("not_synced", not_synced, "sync")
+        return Outcome("gate_failed", name, namespace, not_synced, failure=unsynced, timings=timings)
+    with sequence.release_lock(kube, namespace, name, user, options, report) as lock:
         live = revisions.live(record_trust.for_write(kube, name, namespace, options.keys, report).trusted)
         applied = render.to_yaml(applyset.live_objects(kube, name, namespace)).encode()
         actor = writer.actor(user, options.environ)
@@ -77,10 +49,10 @@ def gate(profile: Profile, profile_text: str, options: pipeline.Options, report:
             previous = live.gate if live else None
             judged = verify.verify(kube, name, namespace, spec, previous, report, timings, abort=lock.lost_reason)
         except Exception as e:  # the gate's verdict is recorded whatever happened
-            judged = verify.Judgement(pipeline.unexpected(e, timings.current))
+            judged = verify.Judgement(sequence.unexpected_failure(e, timings.current))
         failure, gate_report = judged.failure, judged.smoke
         described = f"gitops sync gated{' — failed: ' + failure.cls if failure else ''}"
-        record = pipeline.record_revision(kube, draft, "failed" if failure else "deployed", described, judged)
+        record = sequence.record_revision(kube, draft, "failed" if failure else "deployed", described, judged)
     if failure:
         message = (
             f"revision {record.revision} failed its gate ({failure.cls}): {failure.message}. "
@@ -89,3 +61,27 @@ def gate(profile: Profile, profile_text: str, options: pipeline.Options, report:
         return Outcome("gate_failed", name, namespace, message, record.revision, failure, timings, gate_report)
     message = f"revision {record.revision} of {name} passed its gate"
     return Outcome("deployed", name, namespace, message, record.revision, timings=timings, gate=gate_report)
+
+
+def _wait_for_sync(
+    kube: Kube, profile: Profile, objects: list[dict[str, Any]], timeout: float, report: verify.Reporter
+) -> str | None:
+    """Wait until the GitOps tool applied this profile; None once it did, else why the gate fails."""
+    # The object whose annotation says the sync happened: the Deployment, or a copy's group object
+    # (its name carries the pod templates' hash, so it exists only once this revision was applied).
+    synced = next(o for o in reversed(objects) if o["kind"] in ("Deployment", *conventions.GROUP_KINDS))
+    kind, target, namespace = synced["kind"], synced["metadata"]["name"], profile.metadata.namespace
+    want = profile.spec_hash()
+
+    def waiting(have: str | None) -> None:
+        report("sync", f"waiting for the GitOps tool to apply profile {want[:12]} (live: {(have or 'none')[:12]})")
+
+    have = rollout.wait_for_annotation(
+        kube, namespace, target, conventions.PROFILE_HASH_ANNOTATION, want, timeout=timeout, progress=waiting, kind=kind
+    )
+    if have == want:
+        return None
+    return (
+        f"{kind} {namespace}/{target} never carried profile hash {want[:12]} (has {(have or 'none')[:12]}); "
+        "did the GitOps sync apply this commit's manifests?"
+    )

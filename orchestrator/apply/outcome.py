@@ -10,8 +10,8 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import time
-from collections.abc import Iterator
-from typing import Any, Literal
+from collections.abc import Iterator, Mapping
+from typing import Literal, TypedDict
 
 from orchestrator.errors import ExitCode
 from orchestrator.gate import verdict as gate
@@ -81,6 +81,26 @@ class Timings(dict[str, float]):
             self[name] = self.get(name, 0.0) + time.monotonic() - start
 
 
+class _OutcomeFields(TypedDict):
+    result: Result
+    release: str
+    namespace: str
+    revision: int | None
+    failure: dict[str, str] | None
+    timings: dict[str, float]
+    gate: Mapping[str, object] | None
+    warnings: list[str]
+    rolled_back_to: int | None
+    message: str
+    exit_code: int
+
+
+class OutcomeJson(_OutcomeFields, total=False):
+    """An Outcome as `--output json` prints it (docs/cli.md); ``changes`` only with --dry-run."""
+
+    changes: list[dict[str, str]]
+
+
 @dataclasses.dataclass
 class Outcome:
     result: Result
@@ -99,8 +119,8 @@ class Outcome:
     def exit_code(self) -> ExitCode:
         return exit_code(self.result, self.failure)
 
-    def to_json(self) -> dict[str, Any]:
-        data: dict[str, Any] = {
+    def to_json(self) -> OutcomeJson:
+        data: OutcomeJson = {
             "result": self.result,
             "release": self.release,
             "namespace": self.namespace,

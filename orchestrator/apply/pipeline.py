@@ -1,28 +1,26 @@
 """The apply, gate and rollback sequences: plan → preflight → lock → apply → watch → gate → record.
 
-Each step is one call into the module that owns it; this module decides the order and what a
-failure means (roll back, hold, or stop). ``orchestrator.apply.outcome`` turns the ending into an exit
-code. Nothing is left half-applied: any failure after the first write, an unexpected exception
-or a lost lock included, ends in a recorded failed revision and the last good release's stored
-bytes restored (or, on a first install, removal of what was created).
+Each step is one call into the module that owns it (every check before the first write is one call
+into ``orchestrator.apply.cluster_preflight``, which also renders the release, once); this module
+decides the order and what a failure means (roll back, hold, or stop). ``orchestrator.apply.outcome``
+turns the ending into an exit code. Nothing is left half-applied: any failure after the first write,
+an unexpected exception or a lost lock included, ends in a recorded failed revision and the last
+good release's stored bytes restored (or, on a first install, removal of what was created).
 """
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-from collections.abc import Iterator
 from typing import Any
 
 from orchestrator import conventions, engines, errors
-from orchestrator.apply import applyset, confine, group_rollout, verify
-from orchestrator.apply.lock import DEFAULT_TTL_SECONDS, ReleaseLock
-from orchestrator.apply.outcome import INTERNAL_CLASS, Failure, Outcome, Result, Timings
+from orchestrator.apply import applyset, cluster_preflight, confine, group_rollout, sequence, verify
+from orchestrator.apply.lock import ReleaseLock
+from orchestrator.apply.outcome import Failure, Outcome, Result, Timings
 from orchestrator.engines import startup_log
 from orchestrator.gate import verdict as gate
 from orchestrator.kube import Kube, connect
 from orchestrator.plan import planner, preflight
-from orchestrator.profile import gate_auth
 from orchestrator.profile.model import Profile
 from orchestrator.records import audit, purge, releases, revisions, writer
 from orchestrator.records import trust as record_trust
@@ -33,30 +31,10 @@ Reporter = verify.Reporter
 RECORD_REFUSED = "record_refused"
 
 
-@dataclasses.dataclass
-class Options:
-    kubeconfig: str | None = None
-    context: str | None = None
-    endpoint: str | None = None
-    # Gate hosts besides the release's own Service that gate.endpoint may name (--allow-gate-host;
-    # the controller: its policy's allowedGateHosts).
-    allowed_gate_hosts: tuple[str, ...] = ()
-    rollback: bool = True
-    skip_bench: bool = False
-    timeout: float | None = None
-    create_namespace: bool = False
-    dry_run: bool = False
-    lock_ttl: int = DEFAULT_TTL_SECONDS
-    adopt: bool = False  # --adopt: take over existing objects without the release's label (recorded)
-    environ: dict[str, str] = dataclasses.field(default_factory=dict)  # for the actor's CI info
-    # The key new records are signed with and the keys records are checked against (record_trust).
-    keys: record_trust.Keys = dataclasses.field(default_factory=record_trust.Keys)
-
-
 # --- apply --------------------------------------------------------------------------------------
 
 
-def apply(profile: Profile, profile_text: str, options: Options, report: Reporter) -> Outcome:
+def apply(profile: Profile, profile_text: str, options: sequence.Options, report: Reporter) -> Outcome:
     """Deploy ``profile``; docs/cli.md has the exit codes. The plan is made once, here, and travels on."""
     timings, name, namespace = Timings(), profile.metadata.name, profile.metadata.namespace
     with timings.phase("plan"):
@@ -64,134 +42,34 @@ def apply(profile: Profile, profile_text: str, options: Options, report: Reporte
         verify.gate_target(profile, options.endpoint, options.allowed_gate_hosts)  # so does a refused endpoint
     kube = connect(options.kubeconfig, options.context)
     with timings.phase("preflight"):
-        user = kube.whoami()
-        group_kind = check_group_engine(kube, profile)
-        check_pod_monitor(kube, profile)
-        applyset.check_access(kube, namespace, group_kind, pod_monitor=profile.monitoring.podMonitor.enabled)
-        check_api_key_secret(kube, profile)
-        # Read before the lock's Lease is written: a record this deployctl cannot read (a newer
-        # format, an edit, signatures without a key to check them) refuses the apply with nothing
-        # changed. Read again under the lock.
-        record_trust.for_write(kube, name, namespace, options.keys)
-        check, replaces_pods = _preflight(kube, profile, plan)
-    for warning in check.warnings:
-        report("preflight", f"warning: {warning}")
+        checked = cluster_preflight.run(kube, profile, plan, options.keys, report, adopt=options.adopt)
+    check, objects = checked.verdict, checked.objects
     if check.refusal:
         refused = Failure("preflight", check.refusal, "preflight")
         return Outcome(
             "refused", name, namespace, check.refusal, failure=refused, timings=timings, warnings=check.warnings
         )
-    report("preflight", f"strategy: {check.strategy_name}" + (" (downtime: no spare GPUs)" if check.downtime else ""))
-    # A Deployment's strategy; copies across nodes change by the group strategy (_CopyChange) instead.
-    objects = render.render(profile, plan, strategy=check.strategy or None)
-    found, adopted = confine.before_writing(name, namespace, objects, kube.get, "the rendered profile", options.adopt)
-    if adopted:
-        report("preflight", f"adopting {', '.join(e.describe() for e in adopted)} (--adopt)")
     if options.dry_run:
         return _dry_run(kube, profile, objects, check, options, timings)
     applyset.ensure_namespace(kube, namespace, options.create_namespace)  # the lock's Lease lives there
-    with locked(kube, namespace, name, user, options, report) as lock:
+    with sequence.release_lock(kube, namespace, name, checked.user, options, report) as lock:
         # Only records deployctl's key signed decide what is live (and so what a failure restores).
         live = revisions.live(record_trust.for_write(kube, name, namespace, options.keys, report).trusted)
         manifests = render.to_yaml(objects).encode()
-        actor = writer.actor(user, options.environ)
+        actor = writer.actor(checked.user, options.environ)
         draft = writer.Draft.of_profile(profile, plan.to_json(), manifests, profile_text, actor, options.keys.signer)
-        description = _describe(live, replaces_pods) + confine.adoption(adopted)
-        spec = verify.spec_of(
-            profile,
-            objects,
-            timeout=options.timeout,
-            endpoint=options.endpoint,
-            skip_bench=options.skip_bench,
-            allowed_hosts=options.allowed_gate_hosts,
-        )
+        description = _describe(live, checked.replaces_pods) + confine.adoption(checked.adopted)
+        spec = sequence.gate_spec(profile, objects, options)
         # A group is never changed in place: new copies start beside the old ones (surge), whose
         # removal waits for the gate, or in their place once they are gone (replace).
-        copies = _CopyChange.of(profile, check, replaces_pods)
-        existed = frozenset((e.kind, e.name) for e in found)
+        copies = _CopyChange.of(profile, check, checked.replaces_pods)
+        existed = frozenset((e.kind, e.name) for e in checked.found)
         outcome = _deploy(
             kube, objects, draft, description, live, spec, lock, options, report, timings, copies, existed
         )
     unsigned = record_trust.unsigned_warning(options.keys)
     outcome.warnings = check.warnings + outcome.warnings + ([unsigned] if unsigned else [])
     return outcome
-
-
-def check_group_engine(kube: Kube, profile: Profile) -> str | None:
-    """The group kind a copy across nodes needs (None for one-pod copies), refused before any write
-    when deployctl cannot drive it here: LeaderWorkerSet is rendered only (no LWS controller could
-    run in our tests, so its rollout judge is unproven), and a cluster without KubeRay's CRD would
-    take the release's other objects and never run the copy."""
-    if not profile.multi_node:
-        return None
-    if profile.placement.groupEngine == "lws":
-        raise errors.UsageError(
-            f"{profile.metadata.name} spans {profile.nodes_per_copy} nodes per copy on LeaderWorkerSet "
-            "(placement.groupEngine: lws). deployctl renders LeaderWorkerSets (`deployctl render`, the Helm chart) "
-            "for your GitOps tool, but does not apply or gate them: no LeaderWorkerSet controller could run in its "
-            "tests, so its rollout watch is unproven. Use placement.groupEngine: kuberay with KubeRay installed, or "
-            "apply the rendered LeaderWorkerSet with your GitOps tool (docs/multinode.md)"
-        )
-    try:
-        kube.list("RayCluster", profile.metadata.namespace)
-    except errors.NotFound:
-        raise errors.RolloutFailed(
-            f"{profile.metadata.name} spans {profile.nodes_per_copy} nodes per copy and runs each copy as a KubeRay "
-            "RayCluster, but this cluster does not serve RayCluster (ray.io/v1): install KubeRay's ray-operator "
-            "and its CRDs (docs/multinode.md). Nothing was changed"
-        ) from None
-    except errors.Forbidden:
-        pass  # check_access names the missing permission
-    return "RayCluster"
-
-
-def check_api_key_secret(kube: Kube, profile: Profile) -> None:
-    """Refuse before any write a profile whose gate cannot read its API key: found only at gate time,
-    it would cost a whole model load, and the rollback's own gate would fail the same way."""
-    if profile.gate.apiKeySecret is None:
-        return
-    try:
-        gate_auth.read(kube.get, profile.metadata.namespace, profile.gate.apiKeySecret)
-    except gate_auth.ApiKeyUnavailable as e:
-        raise errors.RolloutFailed(f"{e.message}. Nothing was changed") from None
-
-
-def check_pod_monitor(kube: Kube, profile: Profile) -> None:
-    """Refuse before any write a profile whose PodMonitor the cluster cannot take: without the
-    Prometheus Operator's CRD the apply would fail after the workload changed."""
-    if not profile.monitoring.podMonitor.enabled:
-        return
-    try:
-        kube.list(conventions.POD_MONITOR_KIND, profile.metadata.namespace)
-    except errors.NotFound:
-        raise errors.RolloutFailed(
-            f"{profile.metadata.name} sets monitoring.podMonitor.enabled, but this cluster does not serve "
-            "PodMonitor (monitoring.coreos.com/v1): install the Prometheus Operator's CRDs (kube-prometheus-stack "
-            "has them), or set monitoring.podMonitor.enabled: false and scrape /metrics another way. Nothing was "
-            "changed"
-        ) from None
-    except errors.Forbidden:
-        pass  # check_access names the missing permission
-
-
-def _preflight(kube: Kube, profile: Profile, plan: planner.Plan) -> tuple[preflight.Preflight, bool]:
-    """The preflight verdict, and whether the apply replaces pods (only a changed pod template
-    does; an SLO or gate change must not be refused as downtime, nor wait for a surge)."""
-    name, namespace = profile.metadata.name, profile.metadata.namespace
-    nodes, _ = kube.list("Node")
-    pods, _ = kube.list("Pod", fields=preflight.POD_FIELDS)
-    rendered = render.render(profile, plan)
-    if profile.multi_node:
-        # Copies are named by their pod templates' hash: new names are new pods. Scaling only adds
-        # copies beside the running ones (or removes some), which replaces nothing.
-        live = {o["metadata"]["name"] for o in applyset.release_objects(kube, "RayCluster", name, namespace)}
-        wanted = {o["metadata"]["name"] for o in rendered if o["kind"] in conventions.GROUP_KINDS}
-        replaces_pods = bool(live - wanted) and bool(wanted - live)
-    else:
-        deployment = kube.get("Deployment", name, namespace)
-        template = next(o for o in rendered if o["kind"] == "Deployment")
-        replaces_pods = deployment is not None and applyset.pod_template_changes(kube, template, deployment)
-    return preflight.check(profile, nodes, pods, replaces_pods), replaces_pods
 
 
 @dataclasses.dataclass(frozen=True)
@@ -224,7 +102,7 @@ def _dry_run(
     profile: Profile,
     objects: list[dict[str, Any]],
     check: preflight.Preflight,
-    options: Options,
+    options: sequence.Options,
     timings: Timings,
 ) -> Outcome:
     """What apply would do, from a server-side dry-run: nothing is written, no lock is taken."""
@@ -251,7 +129,7 @@ def _deploy(
     live: releases.Record | None,
     spec: verify.GateSpec,
     lock: ReleaseLock,
-    options: Options,
+    options: sequence.Options,
     report: Reporter,
     timings: Timings,
     copies: _CopyChange,
@@ -281,11 +159,11 @@ def _deploy(
             applyset.prune(kube, name, namespace, objects)
         if failure is None:
             with timings.phase("record"):
-                record = record_revision(kube, draft, "deployed", description, judged)
+                record = sequence.record_revision(kube, draft, "deployed", description, judged)
     except _Stop as stop:
         failure = stop.failure
     except Exception as e:  # every exit after the first write is recorded and restored
-        failure = unexpected(e, timings.current)
+        failure = sequence.unexpected_failure(e, timings.current)
     if failure is not None:
         return _fail(kube, draft, description, live, failure, judged, options, report, timings, existed)
     warnings = startup_log.warnings(
@@ -301,44 +179,12 @@ def _deploy(
     )
 
 
-def record_revision(
-    kube: Kube,
-    draft: writer.Draft,
-    outcome: releases.Outcome,
-    description: str,
-    judged: verify.Judgement,
-    failure: Failure | None = None,
-    *,
-    rollback_of: int | None = None,
-) -> releases.Record:
-    """Append the revision's record: what verify judged (its failure unless another is given),
-    the smoke report and the start-up observations, as JSON."""
-    failure = failure or judged.failure
-    return draft.record(
-        kube,
-        outcome=outcome,
-        description=description,
-        gate=judged.smoke.to_json() if judged.smoke else None,
-        failure=failure.to_record() if failure else None,
-        observed=judged.observed_json(),
-        rollback_of=rollback_of,
-    )
-
-
 class _Stop(Exception):
     """A failure that ends the sequence where it is met."""
 
     def __init__(self, failure: Failure) -> None:
         super().__init__(failure.message)
         self.failure = failure
-
-
-def unexpected(e: Exception, stage: str) -> Failure:
-    if isinstance(e, errors.ClusterError):
-        # Forbidden or an unusable API answer after the first write: a cluster problem for a person.
-        return Failure("cluster_error", e.message, stage)
-    text = e.message if isinstance(e, errors.DeployctlError) else f"{type(e).__name__}: {errors.shorten(str(e), 200)}"
-    return Failure(INTERNAL_CLASS, f"deployctl failed unexpectedly during {stage} ({text}); please report it", stage)
 
 
 def _fail(
@@ -348,7 +194,7 @@ def _fail(
     live: releases.Record | None,
     failure: Failure,
     judged: verify.Judgement,
-    options: Options,
+    options: sequence.Options,
     report: Reporter,
     timings: Timings,
     existed: frozenset[tuple[str, str]] = frozenset(),
@@ -359,7 +205,7 @@ def _fail(
     report(failure.stage, f"FAILED ({failure.cls}): {failure.message}")
     try:
         description = f"{description} failed: {failure.cls}"
-        failed = record_revision(kube, draft, "failed", description, judged, failure)
+        failed = sequence.record_revision(kube, draft, "failed", description, judged, failure)
         label, revision = f"revision {failed.revision}", failed.revision
         what = f"{label} failed ({failure.cls})"
     except errors.DeployctlError as e:
@@ -403,13 +249,13 @@ def _fail(
 # --- rollback (on-call) -------------------------------------------------------------------------
 
 
-def rollback(name: str, namespace: str, to: int | None, options: Options, report: Reporter) -> Outcome:
+def rollback(name: str, namespace: str, to: int | None, options: sequence.Options, report: Reporter) -> Outcome:
     """Re-apply an earlier revision's stored bytes; needs nothing but a kubeconfig."""
     kube = connect(options.kubeconfig, options.context)
     user = kube.whoami()
     applyset.check_access(kube, namespace)
     record_trust.for_write(kube, name, namespace, options.keys)  # refused before the lock's write, as in apply
-    with locked(kube, namespace, name, user, options, report):
+    with sequence.release_lock(kube, namespace, name, user, options, report):
         checked = record_trust.for_write(kube, name, namespace, options.keys, report)
         history = checked.records
         if not history:
@@ -458,7 +304,12 @@ def _rollback_target(history: list[releases.Record], name: str, to: int | None) 
 
 
 def restore(
-    kube: Kube, target: releases.Record, description: str, options: Options, report: Reporter, actor: dict[str, Any]
+    kube: Kube,
+    target: releases.Record,
+    description: str,
+    options: sequence.Options,
+    report: Reporter,
+    actor: dict[str, Any],
 ) -> Outcome:
     """Re-apply the stored bytes of ``target``, watch, health-gate and record a new revision.
     Objects that are not the release's own are refused (``confine``) before any write and unrecorded."""
@@ -485,12 +336,12 @@ def restore(
             applyset.apply(kube, name, namespace, objects)
         judged = verify.verify(kube, name, namespace, spec, None, report, timings, phase="rollback")
     except Exception as e:  # a restore that cannot finish is said, never a traceback
-        judged = verify.Judgement(unexpected(e, timings.current))
+        judged = verify.Judgement(sequence.unexpected_failure(e, timings.current))
     failure = judged.failure
     draft = writer.Draft.of(target, actor, options.keys.signer)
     outcome: releases.Outcome = "failed" if failure else "deployed"
     described = description + (" (failed)" if failure else "")
-    record = record_revision(kube, draft, outcome, described, judged, failure, rollback_of=target.revision)
+    record = sequence.record_revision(kube, draft, outcome, described, judged, failure, rollback_of=target.revision)
     if failure:
         message = f"rollback to revision {target.revision} failed ({failure.cls}): {failure.message}"
         return Outcome("rollback_failed", name, namespace, message, record.revision, failure, timings)
@@ -506,13 +357,3 @@ def _remove_old_copies(kube: Kube, name: str, namespace: str, objects: list[dict
     applyset.prune(kube, name, namespace, objects, kinds=conventions.GROUP_KINDS)
     keep = {o["metadata"]["name"] for o in objects if o["kind"] in conventions.GROUP_KINDS}
     group_rollout.wait_copies_gone(kube, namespace, name, keep, timeout=timeout)
-
-
-@contextlib.contextmanager
-def locked(
-    kube: Kube, namespace: str, name: str, user: str, options: Options, report: Reporter
-) -> Iterator[ReleaseLock]:
-    with ReleaseLock(
-        kube, namespace, name, user, ttl_seconds=options.lock_ttl, warn=lambda m: report("lock", f"warning: {m}")
-    ) as lock:
-        yield lock

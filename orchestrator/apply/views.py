@@ -8,22 +8,97 @@ from __future__ import annotations
 
 import difflib
 import json
-from typing import Any
+from collections.abc import Mapping, Sized
+from typing import Any, Literal, TypedDict
 
 import yaml
 
 from orchestrator import conventions, errors, user_files
-from orchestrator.apply import applyset, pipeline
-from orchestrator.apply.pipeline import Options
-from orchestrator.kube import Kube, connect
-from orchestrator.plan import planner, preflight
+from orchestrator.apply import applyset, sequence
+from orchestrator.kube import Kube, connect, connection
+from orchestrator.plan import node_reports, planner
 from orchestrator.profile.model import Profile
 from orchestrator.records import audit, purge, releases, revisions, writer
 from orchestrator.records import trust as record_trust
 from orchestrator.render import manifests as render
 
 
-def history(options: Options, name: str, namespace: str) -> list[dict[str, Any]]:
+class PodRow(TypedDict):
+    """One pod of the release in ``status``."""
+
+    name: str
+    ready: bool
+    phase: str | None
+    node: str | None
+    gpus: int
+    copy: str | None  # the copy across nodes it belongs to, and its role there; None for one-pod copies
+    role: str | None
+
+
+class Replicas(TypedDict):
+    desired: int | None
+    ready: int
+    updated: int
+
+
+class Uninstalled(TypedDict):
+    """The uninstall that removed the release, and the revision a rollback would re-deploy."""
+
+    revision: int
+    timestamp: str
+    actor: Mapping[str, object]
+    deleted: list[str]
+    restorable: int | None
+
+
+class Status(TypedDict):
+    """``deployctl status``: the live revision, its pods and the last failure."""
+
+    release: str
+    namespace: str
+    live_revision: int | None
+    live_description: str | None
+    image: str | None
+    model: Mapping[str, object] | None
+    replicas: Replicas
+    pods: list[PodRow]
+    gate: Mapping[str, object] | None
+    planner: Mapping[str, object] | None
+    last_failure: Mapping[str, object] | None
+    revisions: int
+    uninstalled: Uninstalled | None  # set when `deployctl uninstall` removed it and nothing was deployed since
+
+
+class ObjectDiff(TypedDict):
+    """One rendered object in ``deployctl diff``: what applying it would change, as a unified diff."""
+
+    kind: str
+    name: str
+    namespace: str | None
+    change: Literal["create", "update", "unchanged"]
+    diff: str
+
+
+class Verified(TypedDict):
+    """``deployctl audit verify``: whether the chain (and signatures) hold, and each problem found."""
+
+    ok: bool
+    records: int
+    head: str
+    signatures: str
+    problems: list[dict[str, object]]
+
+
+class Trusted(TypedDict):
+    """``deployctl audit trust``: the trust record appended and what it vouches for."""
+
+    revision: int
+    up_to: int
+    head: str
+    keyid: str
+
+
+def history(options: connection.Connection, name: str, namespace: str) -> list[dict[str, Any]]:
     kube = connect(options.kubeconfig, options.context)
     records = releases.load_history(kube, name, namespace)
     if not records:
@@ -31,7 +106,7 @@ def history(options: Options, name: str, namespace: str) -> list[dict[str, Any]]
     return revisions.summaries(records)
 
 
-def status(options: Options, name: str, namespace: str) -> dict[str, Any]:
+def status(options: connection.Connection, name: str, namespace: str) -> Status:
     kube = connect(options.kubeconfig, options.context)
     records = releases.load_history(kube, name, namespace)
     if not records:
@@ -41,26 +116,7 @@ def status(options: Options, name: str, namespace: str) -> dict[str, Any]:
     last_failed = next((r for r in reversed(records) if r.outcome == "failed"), None)
     deployment = kube.get("Deployment", name, namespace) or {}
     pods, _ = kube.list("Pod", namespace, labels=f"{conventions.RELEASE_LABEL}={name}")
-    pod_rows = []
-    for pod in sorted(pods, key=lambda p: p["metadata"]["name"]):
-        conditions = {c["type"]: c["status"] for c in (pod.get("status") or {}).get("conditions") or []}
-        try:
-            gpus = conventions.pod_gpus(pod)
-        except ValueError:
-            gpus = 0  # an unreadable quantity on someone's pod must not hide the release's status
-        labels = pod["metadata"].get("labels") or {}
-        pod_rows.append(
-            {
-                "name": pod["metadata"]["name"],
-                "ready": conditions.get("Ready") == "True",
-                "phase": (pod.get("status") or {}).get("phase"),
-                "node": pod.get("spec", {}).get("nodeName"),
-                "gpus": gpus,
-                # A copy across nodes: which copy the pod belongs to and its role in it.
-                "copy": labels.get(conventions.COPY_LABEL),
-                "role": labels.get(conventions.GROUP_ROLE_LABEL),
-            }
-        )
+    pod_rows = [_pod_row(pod) for pod in sorted(pods, key=lambda p: p["metadata"]["name"])]
     dep_status = deployment.get("status") or {}
     copies = applyset.release_objects(kube, "RayCluster", name, namespace)
     return {
@@ -82,16 +138,40 @@ def status(options: Options, name: str, namespace: str) -> dict[str, Any]:
         "planner": live.planner_check() if live else None,
         "last_failure": ({"revision": last_failed.revision, **(last_failed.failure or {})} if last_failed else None),
         "revisions": len(records),
-        # Set when `deployctl uninstall` removed the release and nothing was deployed since.
-        "uninstalled": {
-            "revision": gone.revision,
-            "timestamp": gone.timestamp,
-            "actor": gone.actor,
-            "deleted": gone.deleted or [],
-            "restorable": (target.revision if (target := revisions.rollback_target(records)) else None),
-        }
-        if gone
-        else None,
+        "uninstalled": _uninstalled(gone, records) if gone else None,
+    }
+
+
+def _pod_row(pod: Mapping[str, Any]) -> PodRow:
+    """One pod of the release as ``status`` lists it."""
+    status = pod.get("status") or {}
+    conditions = {c["type"]: c["status"] for c in status.get("conditions") or []}
+    try:
+        gpus = conventions.pod_gpus(pod)
+    except ValueError:
+        gpus = 0  # an unreadable quantity on someone's pod must not hide the release's status
+    labels = pod["metadata"].get("labels") or {}
+    return {
+        "name": pod["metadata"]["name"],
+        "ready": conditions.get("Ready") == "True",
+        "phase": status.get("phase"),
+        "node": pod.get("spec", {}).get("nodeName"),
+        "gpus": gpus,
+        # A copy across nodes: which copy the pod belongs to and its role in it.
+        "copy": labels.get(conventions.COPY_LABEL),
+        "role": labels.get(conventions.GROUP_ROLE_LABEL),
+    }
+
+
+def _uninstalled(gone: releases.Record, records: list[releases.Record]) -> Uninstalled:
+    """The uninstall record's summary, and the revision a rollback would re-deploy."""
+    target = revisions.rollback_target(records)
+    return {
+        "revision": gone.revision,
+        "timestamp": gone.timestamp,
+        "actor": gone.actor,
+        "deleted": gone.deleted or [],
+        "restorable": target.revision if target else None,
     }
 
 
@@ -101,7 +181,7 @@ def _no_records(kube: Kube, name: str, namespace: str) -> errors.UnknownRelease:
     return errors.UnknownRelease(purge.explained(conventions.no_records_message(name, namespace), stones, namespace))
 
 
-def _copy_counts(copies: list[dict[str, Any]], pods: list[dict[str, Any]]) -> dict[str, int]:
+def _copy_counts(copies: list[dict[str, Any]], pods: list[PodRow]) -> Replicas:
     """Copies across nodes: each is ready when all its pods are (the head serves only once its
     workers joined Ray), and KubeRay counts its ready workers."""
     ready = 0
@@ -115,7 +195,7 @@ def _copy_counts(copies: list[dict[str, Any]], pods: list[dict[str, Any]]) -> di
     return {"desired": len(copies), "ready": ready, "updated": len(copies)}
 
 
-def planner_line(check: dict[str, Any]) -> str:
+def planner_line(check: Mapping[str, object]) -> str:
     """Predicted against observed KV cache, e.g. `KV cache 1,006,560 tokens planned, 1,012,000 observed (+0.5%)`."""
     planned, observed = check.get("kv_tokens_planned"), check.get("kv_tokens_observed")
     text = f"KV cache {planned:,} tokens planned" if isinstance(planned, int) else "KV cache not planned"
@@ -130,7 +210,7 @@ def planner_line(check: dict[str, Any]) -> str:
     return text
 
 
-def format_status(data: dict[str, Any]) -> str:
+def format_status(data: Status) -> str:
     from orchestrator import output
 
     count = f"{data['revisions']} revision{'s' if data['revisions'] != 1 else ''}"
@@ -186,15 +266,15 @@ def format_status(data: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def diff(options: Options, profile: Profile, plan: planner.Plan) -> str:
+def diff(options: connection.Connection, profile: Profile, plan: planner.Plan) -> str:
     """Unified diff between the live objects and what a server-side apply would make of the render."""
     return "".join(d["diff"] for d in diff_objects(options, profile, plan))
 
 
-def diff_objects(options: Options, profile: Profile, plan: planner.Plan) -> list[dict[str, Any]]:
+def diff_objects(options: connection.Connection, profile: Profile, plan: planner.Plan) -> list[ObjectDiff]:
     """Per rendered object: kind, name, namespace, change (create, update or unchanged) and its unified diff."""
     kube = connect(options.kubeconfig, options.context)
-    out: list[dict[str, Any]] = []
+    out: list[ObjectDiff] = []
     live_deployment = kube.get("Deployment", profile.metadata.name, profile.metadata.namespace)
     # The rollout strategy is chosen by apply's preflight from free GPUs, not by the profile:
     # compare against the live choice so that only what the profile changes shows.
@@ -203,10 +283,9 @@ def diff_objects(options: Options, profile: Profile, plan: planner.Plan) -> list
         kind, name = obj["kind"], obj["metadata"]["name"]
         namespace = obj["metadata"].get("namespace")
         live = kube.get(kind, name, namespace)
-        if live is None and kube.get("Namespace", profile.metadata.namespace) is None:
-            after: dict[str, Any] = obj  # dry-run cannot run in a missing namespace: show the render
-        else:
-            after = kube.apply(obj, dry_run=True)
+        # Dry-run cannot run in a missing namespace: show the render.
+        no_namespace = live is None and kube.get("Namespace", profile.metadata.namespace) is None
+        after = obj if no_namespace else kube.apply(obj, dry_run=True)
         before = _clean(live) if live else ""
         after_text = _clean(after)
         label = f"{kind}/{name}"
@@ -218,7 +297,9 @@ def diff_objects(options: Options, profile: Profile, plan: planner.Plan) -> list
                 tofile=f"profile/{label}",
             )
         )
-        change = "create" if live is None else "update" if text else "unchanged"
+        change: Literal["create", "update", "unchanged"] = (
+            "create" if live is None else "update" if text else "unchanged"
+        )
         out.append({"kind": kind, "name": name, "namespace": namespace, "change": change, "diff": text})
     return out
 
@@ -227,14 +308,14 @@ def _clean(obj: dict[str, Any]) -> str:
     return yaml.safe_dump(applyset.clean(obj), sort_keys=True, default_flow_style=False)
 
 
-def inventory(options: Options) -> list[dict[str, Any]]:
+def inventory(options: connection.Connection) -> list[node_reports.GpuPool]:
     kube = connect(options.kubeconfig, options.context)
     nodes, _ = kube.list("Node")
     pods, _ = kube.list("Pod")
-    return preflight.gpu_pools(nodes, pods)
+    return node_reports.gpu_pools(nodes, pods)
 
 
-def audit_export(options: Options, name: str, namespace: str) -> dict[str, Any]:
+def audit_export(options: connection.Connection, name: str, namespace: str) -> dict[str, Any]:
     kube = connect(options.kubeconfig, options.context)
     records = releases.load_history(kube, name, namespace)
     if not records:
@@ -243,8 +324,8 @@ def audit_export(options: Options, name: str, namespace: str) -> dict[str, Any]:
 
 
 def audit_verify(
-    options: Options, name: str | None, namespace: str, export_file: str | None, against: str | None
-) -> dict[str, Any]:
+    options: sequence.Options, name: str | None, namespace: str, export_file: str | None, against: str | None
+) -> Verified:
     if export_file:
         doc = _read_export(export_file)
         problems = audit.verify_export(doc, f"audit export {export_file}")
@@ -252,7 +333,8 @@ def audit_verify(
             in_export = audit.export_records(doc, f"audit export {export_file}")
             checked = record_trust.check(in_export, options.keys, str(doc.get("release")), str(doc.get("namespace")))
             problems += record_trust.problems(checked, "export")
-        count = len(doc.get("records", []))
+        in_doc = doc.get("records", [])
+        count = len(in_doc) if isinstance(in_doc, Sized) else 0
         head = str(doc.get("head", ""))
     else:
         assert name is not None
@@ -282,8 +364,8 @@ def audit_verify(
 
 
 def audit_trust(
-    options: Options, name: str, namespace: str, up_to: int | None, report: record_trust.Report
-) -> dict[str, Any]:
+    options: sequence.Options, name: str, namespace: str, up_to: int | None, report: record_trust.Report
+) -> Trusted:
     """``deployctl audit trust``: append a signed record that vouches for revisions 1 to ``up_to``
     (default: the newest) through the hash they chain to. Refused unless that chain verifies."""
     signer = options.keys.signer
@@ -293,7 +375,7 @@ def audit_trust(
         )
     kube = connect(options.kubeconfig, options.context)
     user = kube.whoami()
-    with pipeline.locked(kube, namespace, name, user, options, report):
+    with sequence.release_lock(kube, namespace, name, user, options, report):
         records = releases.load_history(kube, name, namespace)
         if not records:
             raise _no_records(kube, name, namespace)
@@ -325,7 +407,7 @@ def audit_trust(
     return {"revision": record.revision, "up_to": newest, "head": trust["head"], "keyid": signer.keyid}
 
 
-def _read_export(path: str) -> dict[str, Any]:
+def _read_export(path: str) -> dict[str, object]:
     raw = user_files.read(path, "audit export", user_files.EXPORT_BYTES)  # no FIFO or device, a bounded read
     if len(raw) > user_files.EXPORT_BYTES:
         raise errors.UsageError(
@@ -351,7 +433,7 @@ def _read_export(path: str) -> dict[str, Any]:
     return doc
 
 
-def calibration(options: Options, release: str, namespace: str, profile: Profile) -> planner.Calibration:
+def calibration(options: connection.Connection, release: str, namespace: str, profile: Profile) -> planner.Calibration:
     """The planner's error as the newest deployed revision of ``release`` with a start-up
     observation showed it, for ``plan --calibrate-from``; refused when that revision ran another
     model, GPU, vLLM version or TP size, since the error does not carry over."""

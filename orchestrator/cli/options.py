@@ -32,7 +32,7 @@ from orchestrator.profile import overrides, strictyaml
 if TYPE_CHECKING:
     # Types only: at run time these modules are imported by the commands that use them (a fast start).
     from orchestrator.apply import outcome as outcome_mod
-    from orchestrator.apply import pipeline
+    from orchestrator.apply import sequence
     from orchestrator.profile import model as profile_mod
 
 F = TypeVar("F", bound=Callable[..., object])
@@ -121,14 +121,14 @@ def handles_errors(fn: F) -> F:
 
 def options(
     kubeconfig: str | None, context: str | None, signing_key: str | None = None, verify_keys: Sequence[str] = ()
-) -> pipeline.Options:
-    """The pipeline's Options for a cluster command (imported late: it pulls in the kubernetes client),
+) -> sequence.Options:
+    """The apply sequences' Options for a cluster command (imported late: it pulls in the kubernetes client),
     with the keys of ``--signing-key`` and ``--verify-key`` (docs/security.md#signed-records)."""
-    from orchestrator.apply import pipeline
+    from orchestrator.apply import sequence
     from orchestrator.records import trust as record_trust
 
     keys = record_trust.load(signing_key, verify_keys)
-    return pipeline.Options(kubeconfig=kubeconfig, context=context, environ=dict(os.environ), keys=keys)
+    return sequence.Options(kubeconfig=kubeconfig, context=context, environ=dict(os.environ), keys=keys)
 
 
 def finish(outcome: outcome_mod.Outcome, output_format: str) -> None:

@@ -24,7 +24,7 @@ import click
 from orchestrator.cli import options as cli_options
 
 if TYPE_CHECKING:
-    from orchestrator.apply import pipeline
+    from orchestrator.apply import sequence
 
 F = TypeVar("F", bound=Callable[..., object])
 M = TypeVar("M", bound="CommandOptions")
@@ -236,7 +236,7 @@ class Gate(CommandOptions):
     timeout: float | None = TIMEOUT.field()
     lock_ttl: int = LOCK_TTL_OPTION.field()
 
-    def pipeline_options(self) -> pipeline.Options:
+    def pipeline_options(self) -> sequence.Options:
         return dataclasses.replace(_watching(self), skip_bench=self.skip_bench)
 
 
@@ -261,7 +261,7 @@ class Apply(Gate):
         help="Plan, preflight and a server-side dry-run apply: say what would happen, write nothing.",
     ).field()
 
-    def pipeline_options(self) -> pipeline.Options:
+    def pipeline_options(self) -> sequence.Options:
         return dataclasses.replace(
             super().pipeline_options(),
             rollback=not self.no_rollback,
@@ -290,12 +290,12 @@ class Rollback(CommandOptions):
     signing_key: str | None = SIGNING_KEY.field()
     verify_keys: tuple[str, ...] = VERIFY_KEYS.field()
 
-    def pipeline_options(self) -> pipeline.Options:
+    def pipeline_options(self) -> sequence.Options:
         return _watching(self)
 
 
-def _watching(opts: Gate | Rollback) -> pipeline.Options:
-    """The pipeline's Options of a command that watches and gates a rollout under the release lock."""
+def _watching(opts: Gate | Rollback) -> sequence.Options:
+    """The apply sequences' Options of a command that watches and gates a rollout under the release lock."""
     base = cli_options.options(opts.kubeconfig, opts.context, opts.signing_key, opts.verify_keys)
     return dataclasses.replace(
         base,
@@ -334,8 +334,8 @@ def load(opts: Gate | Diff, profile_path: str) -> cli_options.Loaded:
     return cli_options.load_profile(profile_path, opts.sets, where)
 
 
-def connection(opts: Diff | Release) -> pipeline.Options:
-    """The pipeline's Options of a read-only command: the cluster, no keys."""
+def connection(opts: Diff | Release) -> sequence.Options:
+    """The apply sequences' Options of a read-only command: the cluster, no keys."""
     return cli_options.options(opts.kubeconfig, opts.context)
 
 

@@ -33,7 +33,7 @@ from typing import Any
 import yaml
 
 from orchestrator import errors
-from orchestrator.apply import applyset, pipeline, rollout
+from orchestrator.apply import applyset, pipeline, rollout, sequence
 from orchestrator.apply.lock import ReleaseLock
 from orchestrator.apply.outcome import Failure, Outcome
 from orchestrator.controller import resource_status, workqueue
@@ -316,7 +316,7 @@ class _Reconciler:
             return
         self._status(obj, {**resource_status.reconciling(previous, generation, now), "retry": retry})
         self._event(obj, "Normal", "Reconciling", f"deploying generation {generation}")
-        options = pipeline.Options(
+        options = sequence.Options(
             kubeconfig=self.settings.kubeconfig,
             context=self.settings.context,
             lock_ttl=self.settings.lock_ttl,

@@ -12,8 +12,9 @@ Pure: takes a profile and its split, returns findings and text.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Literal
 
 from orchestrator.catalog import lookup as catalog
 from orchestrator.profile import model as profile_schema
@@ -320,15 +321,14 @@ def _pp_bubbles(c: _Context, nodes: int) -> Finding:
     return Finding("pp-bubbles", "warning" if idle else "info", msg, "engine.pipelineParallelSize")
 
 
-def line(inputs: dict[str, Any]) -> str:
-    """Where one copy's GPUs sit, e.g. `layout: 2 nodes × 8 GPUs (TP=8 inside each node, PP=2 across nodes)`."""
-    tp, pp = inputs["tensor_parallel_size"], inputs["pipeline_parallel_size"]
-    nodes, pod = inputs["nodes_per_copy"], inputs["gpus_per_pod"]
+def line(tp: int, pp: int, nodes: int, pod: int, gpus_per_replica: int) -> str:
+    """Where one copy's GPUs sit, e.g. `layout: 2 nodes × 8 GPUs (TP=8 inside each node, PP=2 across nodes)`
+    (``pod``: GPUs per pod, one pod per node)."""
     where = f"layout: {nodes} node{'s' if nodes > 1 else ''} × {pod} GPU{'s' if pod > 1 else ''}"
     if nodes == 1:
         return f"{where} (TP={tp}, PP={pp}, one pod)"
-    if inputs["gpus_per_replica"] != nodes * pod:
-        return f"{where} (TP={tp}, PP={pp}: {inputs['gpus_per_replica']} GPUs do not split evenly)"
+    if gpus_per_replica != nodes * pod:
+        return f"{where} (TP={tp}, PP={pp}: {gpus_per_replica} GPUs do not split evenly)"
     if tp > pod or pod % tp:
         return f"{where} (TP={tp} across nodes, PP={pp})"
     stages = pod // tp
@@ -337,7 +337,7 @@ def line(inputs: dict[str, Any]) -> str:
     return f"{where} (TP={tp} inside each node, PP={pp}: {stages} stages on each node)"
 
 
-def join_words(items: list[Any], last: str = "or") -> str:
+def join_words(items: Sequence[object], last: str = "or") -> str:
     """``items`` as a sentence lists them: "1, 2, 4 or 8"."""
     texts = [str(i) for i in items]
     if len(texts) <= 1:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from orchestrator import output
-from orchestrator.plan import layout
 from orchestrator.plan.planner import Plan
 from orchestrator.profile.model import Profile
 
@@ -51,7 +50,7 @@ def render_table(profile: Profile, plan: Plan, *, color: bool) -> str:
     rule = f"KV cache: {i['memory_rule']}"
     lines = [
         head,
-        layout.line(i),
+        plan.layout_line(),
         rule,
         "",
         output.table(["PER GPU", "VALUE"], rows),

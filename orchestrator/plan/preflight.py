@@ -18,45 +18,21 @@ ones when a whole new set fits in the spare GPUs, else the old groups go first, 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Iterable, Mapping
-from typing import Any
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
-from orchestrator import conventions, errors
-from orchestrator.catalog import lookup as catalog
+from orchestrator import conventions
+from orchestrator.plan import node_reports, refusals
 from orchestrator.profile import model as profile
 
-GPU_RESOURCE = conventions.GPU_RESOURCE
-PRODUCT_LABEL = conventions.GPU_PRODUCT_LABEL
-RELEASE_LABEL = conventions.RELEASE_LABEL
 # The pods whose GPUs count: scheduled and not finished. Asked of the API server as a field selector,
 # so a cluster-wide list returns only those, not every pod of the cluster.
 POD_FIELDS = "spec.nodeName!=,status.phase!=Succeeded,status.phase!=Failed"
-# The scheduler taints cordoned nodes with this key; we report "cordoned" instead, once.
-_CORDON_TAINT = "node.kubernetes.io/unschedulable"
-# PreferNoSchedule only steers the scheduler; these two keep an untolerating pod off the node.
-_BLOCKING_EFFECTS = ("NoSchedule", "NoExecute")
-_TERMINATED_PHASES = ("Succeeded", "Failed")
-# How many node names one sentence lists before it says "and N more".
-_NAMES_SHOWN = 4
 # The one domain of a copy that fits on a node, or of a profile without placement.topologyKey.
 _ALL = "all"
-
-
-@dataclasses.dataclass(frozen=True)
-class NodeReport:
-    """One node as preflight sees it, for the `deployctl apply` report and the refusal text."""
-
-    name: str
-    product: str | None  # the nvidia.com/gpu.product label; None on nodes without it
-    gpus_total: int  # allocatable nvidia.com/gpu
-    gpus_free: int  # not requested by any running pod, this release's included
-    gpus_release: int  # requested by this release's own pods, which an update replaces
-    nvlink: bool
-    eligible: bool
-    reasons: tuple[str, ...]  # why not eligible, in plain words; empty when eligible
-
-    def to_json(self) -> dict[str, object]:
-        return dataclasses.asdict(self) | {"reasons": list(self.reasons)}
+# (strategy name, downtime, refusal) as the strategy functions choose them.
+_Choice = tuple[str, bool, str | None]
+# Eligible nodes by placement.topologyKey value (one "all" domain without the key).
+_Domains = dict[str, list[node_reports.NodeReport]]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -73,7 +49,7 @@ class Preflight:
     groups are deleted before the new ones start: downtime, allowed only with rollout.allowDowntime).
     """
 
-    nodes: list[NodeReport]
+    nodes: list[node_reports.NodeReport]
     eligible_nodes: list[str]
     copy_nodes: int  # nodes one copy spans, one pod on each (profile.nodes_per_copy)
     # Eligible nodes by placement.topologyKey value, all in name order; a copy's pods share one
@@ -81,7 +57,7 @@ class Preflight:
     domains: dict[str, list[str]]
     spare_slots: int  # replicas that fit beside everything running now, this release's pods included
     capacity_slots: int  # replicas that fit once this release's own pods are gone
-    strategy: dict[str, Any]  # Deployment.spec.strategy; {} for groups
+    strategy: dict[str, object]  # Deployment.spec.strategy; {} for groups
     strategy_name: str  # surge | one-at-a-time | recreate; for groups install | surge | replace
     downtime: bool  # the update leaves no replica serving for a while
     warnings: list[str]
@@ -104,7 +80,10 @@ class Preflight:
 
 
 def check(
-    prof: profile.Profile, nodes: list[dict[str, Any]], pods: list[dict[str, Any]], deployment_exists: bool
+    prof: profile.Profile,
+    nodes: Sequence[Mapping[str, object]],
+    pods: Iterable[Mapping[str, object]],
+    deployment_exists: bool,
 ) -> Preflight:
     """Judge every node for ``prof``, count free replica slots and choose the rollout strategy.
 
@@ -112,8 +91,8 @@ def check(
     the only case where the strategy can cause downtime.
     """
     name, gpp, replicas = prof.metadata.name, prof.gpus_per_pod, prof.rollout.replicas
-    used, own = _gpus_by_node(pods, prof.metadata.namespace, name)
-    reports = [_judge(prof, node, used, own) for node in nodes]
+    used, own = node_reports.gpus_by_node(pods, prof.metadata.namespace, name)
+    reports = [node_reports.judge(prof, node, used, own) for node in nodes]
     if prof.multi_node:
         return _check_groups(prof, nodes, reports, deployment_exists)
     eligible = [r for r in reports if r.eligible]
@@ -124,80 +103,59 @@ def check(
     warnings: list[str] = []
     refusal: str | None = None
     if not eligible:
-        refusal = _no_node_refusal(prof, reports)
+        refusal = refusals.no_node(prof, reports)
     elif ever < replicas:
         refusal = (
             f"{name} needs {replicas} replicas of {gpp} GPUs, but the eligible nodes "
-            f"({_names(r.name for r in eligible)}) can hold at most {ever} even with nothing else running. "
-            f"Lower rollout.replicas to {ever} or add nodes that meet the placement."
+            f"({refusals.name_list(r.name for r in eligible)}) can hold at most {ever} even with nothing else "
+            f"running. Lower rollout.replicas to {ever} or add nodes that meet the placement."
         )
     elif capacity < replicas:
         # Not a refusal: other workloads may finish, and the rollout watcher reports a pod that
         # stays unschedulable, with the scheduler's own reason.
         warnings.append(
             f"only {capacity} of {replicas} replicas can be scheduled now; the rest will stay Pending until "
-            f"GPUs free up on {_names(r.name for r in eligible)}"
+            f"GPUs free up on {refusals.name_list(r.name for r in eligible)}"
         )
+    choice = _strategy(prof, eligible, spare, deployment_exists)
+    domains = {_ALL: [r.name for r in eligible]}
+    return _verdict(prof, reports, domains, (spare, capacity), choice, refusal, warnings)
 
-    strategy_name, downtime, strategy_refusal = _strategy(prof, eligible, spare, deployment_exists)
+
+def _verdict(
+    prof: profile.Profile,
+    reports: list[node_reports.NodeReport],
+    domains: dict[str, list[str]],
+    slots: tuple[int, int],
+    choice: _Choice,
+    refusal: str | None,
+    warnings: list[str],
+) -> Preflight:
+    """The Preflight of a single-node copy or a group: ``slots`` is (spare, capacity), ``refusal``
+    what the slots refuse; the strategy's own refusal counts only when they refuse nothing."""
+    strategy_name, downtime, strategy_refusal = choice
     refusal = refusal or strategy_refusal
     if downtime and refusal is None:
+        stops, serves = (
+            ("deletes {}'s running groups", "copy") if prof.multi_node else ("stops {}'s running pods", "pod")
+        )
         warnings.append(
-            f"this update stops {name}'s running pods before the new ones start; nothing serves until a new "
-            "pod is ready (rollout.allowDowntime is true)"
+            f"this update {stops.format(prof.metadata.name)} before the new ones start; nothing serves until a new "
+            f"{serves} is ready (rollout.allowDowntime is true)"
         )
     return Preflight(
         nodes=reports,
-        eligible_nodes=[r.name for r in eligible],
-        copy_nodes=1,
-        domains={_ALL: [r.name for r in eligible]},
-        spare_slots=spare,
-        capacity_slots=capacity,
-        strategy=conventions.strategy_spec(strategy_name),
+        eligible_nodes=[r.name for r in reports if r.eligible],
+        copy_nodes=prof.nodes_per_copy if prof.multi_node else 1,
+        domains=domains,
+        spare_slots=slots[0],
+        capacity_slots=slots[1],
+        strategy={} if prof.multi_node else conventions.strategy_spec(strategy_name),
         strategy_name=strategy_name,
         downtime=downtime,
         warnings=warnings,
         refusal=refusal,
     )
-
-
-def gpu_pools(
-    nodes: list[dict[str, Any]],
-    pods: list[dict[str, Any]],
-    nvlink_label: tuple[str, str] = (profile.NVLINK_LABEL_KEY, "true"),
-) -> list[dict[str, Any]]:
-    """GPU inventory for `deployctl inventory`: one row per (product, NVLink) pool of GPU nodes.
-
-    Rows carry product, gpu (the catalog key hardware.gpu takes for that product, None outside the
-    catalog: such a GPU is described by hardware.memoryGiB and hardware.productLabels), nvlink
-    (bool), nodes (count), gpus_total and gpus_free. Free GPUs on a cordoned node are not counted
-    as free: no new pod can use them.
-    """
-    used, _ = _gpus_by_node(pods, namespace=None, release=None)
-    pools: dict[tuple[str, bool], dict[str, Any]] = {}
-    for node in nodes:
-        total = _node_gpus(node)
-        if total == 0:
-            continue
-        labels = _labels(node)
-        key = (labels.get(PRODUCT_LABEL, "unknown"), labels.get(nvlink_label[0]) == nvlink_label[1])
-        known = catalog.gpu_for_product_label(key[0])
-        row = pools.setdefault(
-            key,
-            {
-                "product": key[0],
-                "gpu": known.key if known else None,
-                "nvlink": key[1],
-                "nodes": 0,
-                "gpus_total": 0,
-                "gpus_free": 0,
-            },
-        )
-        row["nodes"] += 1
-        row["gpus_total"] += total
-        if not _cordoned(node):
-            row["gpus_free"] += max(0, total - used.get(_name(node), 0))
-    return [pools[k] for k in sorted(pools)]
 
 
 # --- copies that span nodes -------------------------------------------------------------------
@@ -223,79 +181,51 @@ def copies_that_fit(slots: Iterable[int], nodes_per_copy: int) -> int:
 
 
 def _check_groups(
-    prof: profile.Profile, nodes: list[dict[str, Any]], reports: list[NodeReport], deployment_exists: bool
+    prof: profile.Profile,
+    nodes: Sequence[Mapping[str, object]],
+    reports: list[node_reports.NodeReport],
+    deployment_exists: bool,
 ) -> Preflight:
     """`check` for a copy that spans nodes: slots are whole copies, counted per topology domain."""
-    name, gpp, m, replicas = prof.metadata.name, prof.gpus_per_pod, prof.nodes_per_copy, prof.rollout.replicas
-    key = prof.placement.topologyKey
-    # An eligible node has the key's label (_judge), so every one lands in a domain.
-    domain_of = {_name(n): _labels(n).get(key, "") if key is not None else _ALL for n in nodes}
+    gpp, m, replicas, key = prof.gpus_per_pod, prof.nodes_per_copy, prof.rollout.replicas, prof.placement.topologyKey
+    # An eligible node has the key's label (node_reports.judge), so every one lands in a domain.
+    domain_of = {
+        node_reports.name_of(n): node_reports.labels_of(n).get(key, "") if key is not None else _ALL for n in nodes
+    }
     eligible = [r for r in reports if r.eligible]
-    domains: dict[str, list[NodeReport]] = {}
+    domains: _Domains = {}
     for r in sorted(eligible, key=lambda r: (domain_of[r.name], r.name)):
         domains.setdefault(domain_of[r.name], []).append(r)
 
-    def fit(slots: Callable[[NodeReport], int]) -> dict[str, int]:
+    def fit(slots: Callable[[node_reports.NodeReport], int]) -> dict[str, int]:
         return {d: copies_that_fit((slots(r) for r in rs), m) for d, rs in domains.items()}
 
     ever = fit(lambda r: r.gpus_total // gpp)
     capacity = sum(fit(lambda r: (r.gpus_free + r.gpus_release) // gpp).values())
     spare_by_domain = fit(lambda r: r.gpus_free // gpp)
-    spare = sum(spare_by_domain.values())
 
     warnings: list[str] = []
     refusal: str | None = None
     if not eligible:
-        refusal = _no_node_refusal(prof, reports)
+        refusal = refusals.no_node(prof, reports)
     elif sum(ever.values()) == 0:
-        refusal = _no_copy_refusal(prof, reports, domain_of)
+        refusal = refusals.no_copy(prof, reports, domain_of)
     elif sum(ever.values()) < replicas:
-        most = sum(ever.values())
-        per_domain = ""
-        if key is not None:
-            per_domain = f" (per {key} domain: " + ", ".join(f"{d} {n}" for d, n in ever.items()) + ")"
-        refusal = (
-            f"{name} needs {replicas} copies of {m} nodes with {gpp} GPUs each, but the eligible nodes "
-            f"({_names(r.name for r in eligible)}) can hold at most {most} even with nothing else running"
-            f"{per_domain}. Lower rollout.replicas to {most} or add nodes that meet the placement."
-        )
+        refusal = refusals.too_few_copies(prof, eligible, ever)
     elif capacity < replicas:
         warnings.append(
             f"only {capacity} of {replicas} copies can be scheduled now; the rest will stay Pending until GPUs "
-            f"free up on {_names(r.name for r in eligible)}, and the pods of a partly scheduled copy hold "
-            "their GPUs meanwhile"
+            f"free up on {refusals.name_list(r.name for r in eligible)}, and the pods of a partly scheduled copy "
+            "hold their GPUs meanwhile"
         )
-
-    strategy_name, downtime, strategy_refusal = _group_strategy(
-        prof, domains, spare_by_domain, deployment_exists and bool(domains)
-    )
-    refusal = refusal or strategy_refusal
-    if downtime and refusal is None:
-        warnings.append(
-            f"this update deletes {name}'s running groups before the new ones start; nothing serves until a new "
-            "copy is ready (rollout.allowDowntime is true)"
-        )
-    return Preflight(
-        nodes=reports,
-        eligible_nodes=[r.name for r in eligible],
-        copy_nodes=m,
-        domains={d: [r.name for r in rs] for d, rs in domains.items()},
-        spare_slots=spare,
-        capacity_slots=capacity,
-        strategy={},
-        strategy_name=strategy_name,
-        downtime=downtime,
-        warnings=warnings,
-        refusal=refusal,
-    )
+    choice = _group_strategy(prof, domains, spare_by_domain, deployment_exists and bool(domains))
+    named = {d: [r.name for r in rs] for d, rs in domains.items()}
+    return _verdict(prof, reports, named, (sum(spare_by_domain.values()), capacity), choice, refusal, warnings)
 
 
 def _group_strategy(
-    prof: profile.Profile,
-    domains: dict[str, list[NodeReport]],
-    spare_by_domain: dict[str, int],
-    replaces: bool,
-) -> tuple[str, bool, str | None]:
+    prof: profile.Profile, domains: _Domains, spare_by_domain: dict[str, int], replaces: bool
+) -> _Choice:
     """(strategy name, downtime, refusal) for groups; ``replaces``: running groups would change.
 
     Never pod by pod: the pods of one copy exchange activations every step and must run one
@@ -325,15 +255,7 @@ def _group_strategy(
             ),
         )
     missing = _nodes_short(domains, spare_by_domain, m, gpp, replicas)
-    key, nodes = prof.placement.topologyKey, sum(missing.values())
-    where = f" in {', '.join(f'{d} ({n})' for d, n in missing.items())}" if key is not None else ""
-    shape = f"{m} nodes with {gpp} free GPUs each" + (f", in one {key} domain" if key is not None else "")
-    room = (
-        f"A surge starts {replicas} new {_copies(replicas)} ({shape}) beside the old groups, and {spare} "
-        f"{'fits' if spare == 1 else 'fit'} now ({_free_text([r for rs in domains.values() for r in rs])}); "
-        f"{nodes} more eligible {'node' if nodes == 1 else 'nodes'} with {gpp} free GPUs ({nodes * gpp} GPUs)"
-        f"{where} would make room."
-    )
+    room, free = refusals.surge_room(prof, domains, spare, missing)
     if wanted == "surge":
         return (
             "surge",
@@ -355,20 +277,13 @@ def _group_strategy(
         "replace",
         True,
         (
-            f"Updating {name} would take it offline: {cause}, and {outage}. {room} To proceed, free "
-            f"{nodes} eligible {'node' if nodes == 1 else 'nodes'} ({nodes * gpp} GPUs){where}, or set "
+            f"Updating {name} would take it offline: {cause}, and {outage}. {room} To proceed, free {free}, or set "
             "rollout.allowDowntime: true to accept the outage."
         ),
     )
 
 
-def _copies(n: int) -> str:
-    return "copy" if n == 1 else "copies"
-
-
-def _nodes_short(
-    domains: dict[str, list[NodeReport]], spare_by_domain: dict[str, int], m: int, gpp: int, want: int
-) -> dict[str, int]:
+def _nodes_short(domains: _Domains, spare_by_domain: dict[str, int], m: int, gpp: int, want: int) -> dict[str, int]:
     """The fewest nodes with ``gpp`` free GPUs to add (or free), by domain, for ``want`` spare copies.
 
     Per domain, the nodes that c more copies need (at most c × m: c fresh copies); then the cheapest
@@ -394,158 +309,12 @@ def _nodes_short(
     return best[need][1]
 
 
-# --- per node ---------------------------------------------------------------------------------
-
-
-def _judge(prof: profile.Profile, node: Mapping[str, Any], used: dict[str, int], own: dict[str, int]) -> NodeReport:
-    name, labels = _name(node), _labels(node)
-    total = _node_gpus(node)
-    product = labels.get(PRODUCT_LABEL)
-    nv_key, nv_value = prof.placement.nvlinkLabel.key, prof.placement.nvlinkLabel.value
-    reasons: list[str] = []
-    if total == 0:
-        # Product, NVLink and GPU-count reasons would only restate this one.
-        reasons.append("no GPUs")
-    else:
-        products = _products(prof)
-        if products is not None:
-            wanted = _products_source(prof)
-            if product is None:
-                reasons.append(f"no {PRODUCT_LABEL} label to match {wanted}")
-            elif product not in products:
-                expects = " or ".join(products)
-                reasons.append(f"product {product} does not match {wanted} (expects {expects})")
-        if prof.nvlink_required and labels.get(nv_key) != nv_value:
-            why = (
-                "placement.requireNvlink"
-                if prof.placement.requireNvlink
-                else f"TP={prof.engine.tensorParallelSize} > 2 needs NVLink"
-            )
-            reasons.append(f"missing NVLink label {nv_key}={nv_value} ({why})")
-        if total < prof.gpus_per_pod:
-            needs = "each pod of a copy needs" if prof.multi_node else "a replica needs"
-            reasons.append(f"only {total} allocatable GPUs but {needs} {prof.gpus_per_pod}")
-        key = prof.placement.topologyKey
-        # One node is always one domain: the key only constrains a copy that spans nodes.
-        if prof.multi_node and key is not None and key not in labels:
-            reasons.append(f"no {key} label (placement.topologyKey)")
-    for key, value in prof.placement.nodeSelector.items():
-        if key not in labels:
-            reasons.append(f"nodeSelector label {key}={value} missing")
-        elif labels[key] != value:
-            reasons.append(f"nodeSelector label {key}={value} missing (node has {key}={labels[key]})")
-    for taint in (node.get("spec") or {}).get("taints") or []:
-        if (
-            taint.get("effect") in _BLOCKING_EFFECTS
-            and taint.get("key") != _CORDON_TAINT
-            and not any(_tolerates(t, taint) for t in prof.placement.tolerations)
-        ):
-            reasons.append(f"taint {_taint_text(taint)} not tolerated (add it to placement.tolerations)")
-    if _cordoned(node):
-        reasons.append("cordoned (spec.unschedulable)")
-    return NodeReport(
-        name=name,
-        product=product,
-        gpus_total=total,
-        gpus_free=max(0, total - used.get(name, 0)),
-        gpus_release=own.get(name, 0),
-        nvlink=labels.get(nv_key) == nv_value,
-        eligible=not reasons,
-        reasons=tuple(reasons),
-    )
-
-
-def _products(prof: profile.Profile) -> tuple[str, ...] | None:
-    """The product label values a node must carry; None when the profile does not match products."""
-    if not prof.placement.matchGpuProduct:
-        return None
-    return catalog.product_labels(prof.hardware.gpu, prof.hardware.productLabels)
-
-
-def _products_source(prof: profile.Profile) -> str:
-    """Which field the wanted products come from, for the reasons a node is excluded."""
-    if prof.hardware.productLabels is not None:
-        return "hardware.productLabels"
-    return f"hardware.gpu {prof.hardware.gpu}"
-
-
-def _tolerates(toleration: profile.Toleration, taint: Mapping[str, Any]) -> bool:
-    """The scheduler's rule (k8s.io/api core/v1 Toleration.ToleratesTaint)."""
-    if toleration.effect is not None and toleration.effect != taint.get("effect"):
-        return False
-    if toleration.key is not None and toleration.key != taint.get("key"):
-        return False
-    if toleration.operator == "Exists":
-        return True
-    return (toleration.value or "") == (taint.get("value") or "")
-
-
-def _taint_text(taint: Mapping[str, Any]) -> str:
-    value = taint.get("value")
-    return f"{taint.get('key')}{'=' + str(value) if value else ''}:{taint.get('effect')}"
-
-
-def _cordoned(node: Mapping[str, Any]) -> bool:
-    return bool((node.get("spec") or {}).get("unschedulable"))
-
-
-def _name(obj: Mapping[str, Any]) -> str:
-    return str((obj.get("metadata") or {}).get("name", "?"))
-
-
-def _labels(obj: Mapping[str, Any]) -> dict[str, str]:
-    return dict((obj.get("metadata") or {}).get("labels") or {})
-
-
-def _node_gpus(node: Mapping[str, Any]) -> int:
-    allocatable = (node.get("status") or {}).get("allocatable") or {}
-    return _count(allocatable.get(GPU_RESOURCE), f"node {_name(node)} allocatable")
-
-
-def _count(value: object, where: str) -> int:
-    """A GPU quantity as a whole number; an unreadable one is the cluster's error, named by ``where``."""
-    try:
-        return conventions.gpu_count(value)
-    except ValueError as e:
-        raise errors.ClusterError(f"{where} {GPU_RESOURCE}: {e}") from e
-
-
-# --- per pod ----------------------------------------------------------------------------------
-
-
-def _gpus_by_node(
-    pods: Iterable[Mapping[str, Any]], namespace: str | None, release: str | None
-) -> tuple[dict[str, int], dict[str, int]]:
-    """GPUs requested on each node by pods that hold them, all and this release's alone."""
-    used: dict[str, int] = {}
-    own: dict[str, int] = {}
-    for pod in pods:
-        node = (pod.get("spec") or {}).get("nodeName")
-        if not node or (pod.get("status") or {}).get("phase") in _TERMINATED_PHASES:
-            continue
-        gpus = _pod_gpus(pod)
-        if gpus == 0:
-            continue
-        used[node] = used.get(node, 0) + gpus
-        meta = pod.get("metadata") or {}
-        if release is not None and meta.get("namespace") == namespace and _labels(pod).get(RELEASE_LABEL) == release:
-            own[node] = own.get(node, 0) + gpus
-    return used, own
-
-
-def _pod_gpus(pod: Mapping[str, Any]) -> int:
-    try:
-        return conventions.pod_gpus(pod)
-    except ValueError as e:
-        raise errors.ClusterError(f"pod {_name(pod)} {GPU_RESOURCE}: {e}") from e
-
-
 # --- strategy ---------------------------------------------------------------------------------
 
 
 def _strategy(
-    prof: profile.Profile, eligible: list[NodeReport], spare: int, deployment_exists: bool
-) -> tuple[str, bool, str | None]:
+    prof: profile.Profile, eligible: list[node_reports.NodeReport], spare: int, deployment_exists: bool
+) -> _Choice:
     """(strategy name, downtime, refusal) for the profile's rollout.strategy on this cluster."""
     rollout, name, gpp = prof.rollout, prof.metadata.name, prof.gpus_per_pod
     wanted = rollout.strategy
@@ -575,7 +344,7 @@ def _strategy(
             False,
             (
                 f"rollout.strategy surge needs {gpp} free GPUs on one eligible node for the extra pod, and "
-                f"none has them ({_free_text(eligible)}); the surge pod would stay Pending forever and the "
+                f"none has them ({refusals.free_text(eligible)}); the surge pod would stay Pending forever and the "
                 f"rollout would never finish. Free {gpp} GPUs on an eligible node, or use strategy auto or "
                 "no-surge to replace one pod at a time."
             ),
@@ -591,7 +360,7 @@ def _strategy(
     else:
         cause = (
             f"no eligible node has {gpp} free GPUs for a new pod beside the old one "
-            f"({_free_text(eligible)}), so the only pod must stop before the new one starts"
+            f"({refusals.free_text(eligible)}), so the only pod must stop before the new one starts"
         )
         fix = f"free {gpp} GPUs on an eligible node"
     return (
@@ -603,126 +372,3 @@ def _strategy(
             "the outage, or run rollout.replicas: 2 or more so one replica keeps serving."
         ),
     )
-
-
-# --- refusal text -----------------------------------------------------------------------------
-
-
-def _no_node_refusal(prof: profile.Profile, reports: list[NodeReport]) -> str:
-    """Name the need, the closest nodes and why each falls short, grouped so large clusters stay short."""
-    name = prof.metadata.name
-    if not reports:
-        return f"No node can host {name}: the cluster reports no nodes."
-    need = _need_text(prof)
-    if prof.multi_node:
-        sentences = [f"No node can ever host a pod of {name}: each copy needs {need}."]
-    else:
-        sentences = [f"No node can ever host a replica of {name}: it needs {need}."]
-    # Nodes that fail only on GPU count are the closest candidates: name the largest.
-    count_only = [r for r in reports if len(r.reasons) == 1 and r.reasons[0].startswith("only ")]
-    shown: set[str] = set()
-    if count_only:
-        most = max(r.gpus_total for r in count_only)
-        best = [r.name for r in count_only if r.gpus_total == most]
-        shown.update(best)
-        sentences.append(f"The largest node that meets everything else ({_names(best)}) has {most} GPUs.")
-    excluded = _excluded_text([r for r in reports if r.name not in shown])
-    if excluded:
-        sentences.append(f"Excluded: {excluded}.")
-    sentences.append(
-        "Fix the profile to fit an existing node (engine.tensorParallelSize, "
-        + ("engine.pipelineParallelSize, " if prof.multi_node else "")
-        + "hardware.gpu, placement) or add a node that meets the need."
-    )
-    return " ".join(sentences)
-
-
-def _need_text(prof: profile.Profile) -> str:
-    """What one copy needs, e.g. "8 GPUs (TP=8) of product H100-80GB on one node with deployctl.dev/nvlink=true"."""
-    gpp, m = prof.gpus_per_pod, prof.nodes_per_copy
-    parallel = f"TP={prof.engine.tensorParallelSize}"
-    if prof.engine.pipelineParallelSize > 1:
-        parallel += f" × PP={prof.engine.pipelineParallelSize}"
-    need = f"{m} nodes with {gpp} GPUs each ({parallel})" if prof.multi_node else f"{gpp} GPUs ({parallel})"
-    products = _products(prof)
-    if products is not None:
-        need += f" of product {prof.hardware.gpu or ' or '.join(products)}"
-    if not prof.multi_node:
-        need += " on one node"
-    constraints = [f"{k}={v}" for k, v in prof.placement.nodeSelector.items()]
-    if prof.nvlink_required:
-        constraints.insert(0, f"{prof.placement.nvlinkLabel.key}={prof.placement.nvlinkLabel.value}")
-    if constraints:
-        need += " with " + ", ".join(constraints)
-    if prof.multi_node and prof.placement.topologyKey is not None:
-        need += f", all with one {prof.placement.topologyKey} value"
-    return need
-
-
-def _no_copy_refusal(prof: profile.Profile, reports: list[NodeReport], domain_of: dict[str, str]) -> str:
-    """Some nodes can host a pod, but too few of them together (in one domain) for a whole copy."""
-    name, gpp, m, key = prof.metadata.name, prof.gpus_per_pod, prof.nodes_per_copy, prof.placement.topologyKey
-    eligible = sorted((r for r in reports if r.eligible), key=lambda r: r.name)
-    fix_profile = "or fix the profile (engine.pipelineParallelSize, placement.nodesPerCopy, hardware.gpu, placement)"
-    if key is None:
-        sentences = [
-            f"{name} needs {_need_text(prof)} for one copy, but only {len(eligible)} node(s) can host one of its "
-            f"pods ({_names(r.name for r in eligible)})."
-        ]
-        excluded = _excluded_text([r for r in reports if not r.eligible])
-        if excluded:
-            sentences.append(f"Excluded: {excluded}.")
-        sentences.append(
-            f"Make {m - len(eligible)} more node(s) eligible or add nodes that meet the need, {fix_profile}."
-        )
-        return " ".join(sentences)
-    by_domain: dict[str, list[NodeReport]] = {}
-    for r in sorted(reports, key=lambda r: r.name):
-        if domain_of.get(r.name):
-            by_domain.setdefault(domain_of[r.name], []).append(r)
-    ranked = sorted(by_domain.items(), key=lambda kv: (-sum(r.eligible for r in kv[1]), kv[0]))
-    parts = []
-    for domain, rs in ranked[:_NAMES_SHOWN]:
-        inside = [_names(r.name for r in rs if r.eligible)] if any(r.eligible for r in rs) else []
-        excluded = _excluded_text([r for r in rs if not r.eligible])
-        if excluded:
-            inside.append(excluded)
-        parts.append(f"{domain} has {sum(r.eligible for r in rs)} ({'; '.join(inside)})")
-    if len(ranked) > _NAMES_SHOWN:
-        next_best = sum(r.eligible for r in ranked[_NAMES_SHOWN][1])
-        parts.append(f"{len(ranked) - _NAMES_SHOWN} more domains have at most {next_best}")
-    most = max(sum(r.eligible for r in rs) for _, rs in ranked)
-    sentences = [
-        f"No topology domain ({key}) has {m} eligible nodes with {gpp} GPUs each for one copy of {name} "
-        f"(it needs {_need_text(prof)}): {', '.join(parts)}."
-    ]
-    unlabelled = _excluded_text([r for r in reports if not domain_of.get(r.name)])
-    if unlabelled:
-        sentences.append(f"Outside any domain: {unlabelled}.")
-    sentences.append(
-        f"Make {m - most} more node(s) of one domain eligible, label more nodes with {key}, unset "
-        f"placement.topologyKey to let a copy span domains, {fix_profile}."
-    )
-    return " ".join(sentences)
-
-
-def _excluded_text(reports: list[NodeReport]) -> str:
-    """Nodes grouped by their reasons, fewest reasons and largest first: "a, b: cordoned; c: no GPUs"."""
-    groups: dict[tuple[str, ...], list[str]] = {}
-    for r in sorted(reports, key=lambda r: (len(r.reasons), -r.gpus_total, r.name)):
-        groups.setdefault(r.reasons, []).append(r.name)
-    return "; ".join(f"{_names(names)}: {', '.join(why)}" for why, names in groups.items())
-
-
-def _free_text(eligible: list[NodeReport]) -> str:
-    parts = [f"{r.name} {r.gpus_free} of {r.gpus_total} free" for r in eligible[:_NAMES_SHOWN]]
-    if len(eligible) > _NAMES_SHOWN:
-        parts.append(f"{len(eligible) - _NAMES_SHOWN} more")
-    return ", ".join(parts)
-
-
-def _names(names: Iterable[str]) -> str:
-    listed = list(names)
-    if len(listed) <= _NAMES_SHOWN:
-        return ", ".join(listed)
-    return ", ".join(listed[:_NAMES_SHOWN]) + f" and {len(listed) - _NAMES_SHOWN} more"
