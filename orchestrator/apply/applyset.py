@@ -12,7 +12,7 @@ import copy
 from typing import Any
 
 from orchestrator import conventions, errors
-from orchestrator.kube import Kube
+from orchestrator.kube import Kube, kinds
 
 RELEASE_LABEL = conventions.RELEASE_LABEL
 # Metadata the API server writes: never part of what a release is, so never stored or compared.
@@ -27,51 +27,26 @@ SERVER_METADATA = (
 SERVER_ANNOTATIONS = ("deployment.kubernetes.io/revision", "kubectl.kubernetes.io/last-applied-configuration")
 GROUP_KINDS = conventions.GROUP_KINDS
 POD_MONITOR = conventions.POD_MONITOR_KIND
-# Kinds whose CRD a cluster may lack: a release that never rendered one has none to prune or list.
-OPTIONAL_KINDS = (*GROUP_KINDS, POD_MONITOR)
-MANAGED_KINDS = tuple(conventions.RELEASE_KINDS)
-# The order render gives them: the NetworkPolicy before the first pod, the ServiceAccount before the pods.
-APPLY_ORDER = (
-    "ServiceAccount", "NetworkPolicy", "Service", "PodDisruptionBudget", "Deployment", *GROUP_KINDS, POD_MONITOR
-)  # fmt: skip
+OPTIONAL_KINDS = kinds.OPTIONAL_KINDS
+MANAGED_KINDS = kinds.RELEASE_KINDS
+APPLY_ORDER = kinds.APPLY_ORDER
 # What a release's group objects (and its PodMonitor) need beyond REQUIRED_ACCESS, by kind: asked only
 # of a profile that renders them, so a single-node release never needs KubeRay's or LWS's permissions.
-GROUP_ACCESS: dict[str, list[tuple[str, str, str, str]]] = {
-    "RayCluster": [(verb, "ray.io", "rayclusters", "") for verb in ("get", "list", "watch", "patch", "delete")],
-    "LeaderWorkerSet": [
-        (verb, "leaderworkerset.x-k8s.io", "leaderworkersets", "")
-        for verb in ("get", "list", "watch", "patch", "delete")
-    ],
-    POD_MONITOR: [(verb, "monitoring.coreos.com", "podmonitors", "") for verb in ("get", "list", "patch", "delete")],
+GROUP_ACCESS: dict[str, list[kinds.Access]] = {
+    **{kind: kinds.access([kind], ("get", "list", "watch", "patch", "delete")) for kind in GROUP_KINDS},
+    POD_MONITOR: kinds.access([POD_MONITOR], ("get", "list", "patch", "delete")),
 }
 
 # What apply, gate and rollback do in the release's namespace: (verb, group, resource, subresource).
 # Checked before the first write, so a Role missing one verb fails fast, names it, and changes nothing.
-REQUIRED_ACCESS: list[tuple[str, str, str, str]] = [
-    *[
-        (verb, group, resource, "")
-        for group, resource in (
-            ("apps", "deployments"),
-            ("", "services"),
-            ("", "serviceaccounts"),
-            ("policy", "poddisruptionbudgets"),
-            ("networking.k8s.io", "networkpolicies"),
-        )
-        for verb in ("get", "list", "watch", "patch", "delete")
-    ],
-    ("create", "", "configmaps", ""),
-    ("list", "", "configmaps", ""),
-    ("get", "coordination.k8s.io", "leases", ""),
-    ("create", "coordination.k8s.io", "leases", ""),
-    ("update", "coordination.k8s.io", "leases", ""),
-    ("list", "apps", "replicasets", ""),
-    ("watch", "apps", "replicasets", ""),
-    ("list", "", "pods", ""),
-    ("watch", "", "pods", ""),
-    ("get", "", "pods", "log"),
-    ("create", "", "pods", "portforward"),
-    ("list", "", "events", ""),
-    ("watch", "", "events", ""),
+REQUIRED_ACCESS: list[kinds.Access] = [
+    *kinds.access(kinds.CORE_KINDS, ("get", "list", "watch", "patch", "delete")),
+    *kinds.access(["ConfigMap"], ("create", "list")),
+    *kinds.access(["Lease"], ("get", "create", "update")),
+    *kinds.access(["ReplicaSet", "Pod"], ("list", "watch")),
+    *kinds.access(["Pod"], ("get",), "log"),
+    *kinds.access(["Pod"], ("create",), "portforward"),
+    *kinds.access(["Event"], ("list", "watch")),
 ]
 
 
@@ -89,7 +64,7 @@ def check_access(kube: Kube, namespace: str, group_kind: str | None = None, *, p
         )
 
 
-def missing_access(kube: Kube, namespace: str, required: list[tuple[str, str, str, str]]) -> list[str]:
+def missing_access(kube: Kube, namespace: str, required: list[kinds.Access]) -> list[str]:
     """Which of ``required`` (verb, group, resource, subresource) the identity may not do in
     ``namespace``, as "verb resource[/sub] (group)"; empty when it may do them all."""
     # One rules review shows most or all of them granted in one round trip (Node and RBAC
@@ -134,8 +109,17 @@ def prune(
     kube: Kube, name: str, namespace: str, objects: list[dict[str, Any]], *, kinds: tuple[str, ...] = MANAGED_KINDS
 ) -> None:
     """Delete this release's objects of ``kinds`` that ``objects`` does not hold."""
-    keep = {(o["kind"], o["metadata"]["name"]) for o in objects}
-    for kind in kinds:
+    _delete_except(kube, name, namespace, kinds, {(o["kind"], o["metadata"]["name"]) for o in objects})
+
+
+def _delete_except(
+    kube: Kube,
+    name: str,
+    namespace: str,
+    of_kinds: tuple[str, ...],
+    keep: set[tuple[str, str]] | frozenset[tuple[str, str]],
+) -> None:
+    for kind in of_kinds:
         for item in release_objects(kube, kind, name, namespace):
             if (kind, item["metadata"]["name"]) not in keep:
                 kube.delete(kind, item["metadata"]["name"], namespace)
@@ -159,10 +143,7 @@ def release_objects(kube: Kube, kind: str, name: str, namespace: str) -> list[di
 def remove(kube: Kube, name: str, namespace: str, *, keep: frozenset[tuple[str, str]] = frozenset()) -> None:
     """Delete every object of the release but the (kind, name) pairs in ``keep`` (a failed first
     install leaves nothing behind that it created, and removes nothing that was there before it)."""
-    for kind in MANAGED_KINDS:
-        for item in release_objects(kube, kind, name, namespace):
-            if (kind, item["metadata"]["name"]) not in keep:
-                kube.delete(kind, item["metadata"]["name"], namespace)
+    _delete_except(kube, name, namespace, MANAGED_KINDS, keep)
 
 
 def pod_template_changes(kube: Kube, rendered: dict[str, Any], live: dict[str, Any]) -> bool:

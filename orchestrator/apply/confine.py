@@ -3,7 +3,7 @@
 Two checks, both before the first write of an apply, a rollback or an automatic rollback:
 
 - ``check``: every object is one of the kinds the renderer emits for a release
-  (``conventions.RELEASE_KINDS``, with their apiVersions), in the release's namespace and labelled
+  (``kube.kinds.RELEASE_KINDS``, with their apiVersions), in the release's namespace and labelled
   for the release. A stored record's manifests are only bytes in a ConfigMap that a namespace
   editor can write, so a restore must not apply a ClusterRoleBinding or a Deployment in
   ``kube-system`` because a record holds one. A violation is tampering (``OutsideRelease``, exit 9).
@@ -24,6 +24,7 @@ from typing import Any
 import yaml
 
 from orchestrator import conventions, errors
+from orchestrator.kube import kinds
 
 Get = Callable[[str, str, str], Mapping[str, Any] | None]  # (kind, name, namespace) -> object or None
 _SHOWN = 5  # objects named in one message; the rest are counted
@@ -41,10 +42,10 @@ def problems(release: str, namespace: str, objects: Sequence[Mapping[str, Any]])
         what = f"{kind}/{meta.get('name')}" + (f" in namespace {meta['namespace']}" if meta.get("namespace") else "")
         labels = meta.get("labels")
         label = labels.get(conventions.RELEASE_LABEL) if isinstance(labels, Mapping) else None
-        if not isinstance(kind, str) or kind not in conventions.RELEASE_KINDS:
+        if not isinstance(kind, str) or kind not in kinds.RELEASE_KINDS:
             found.append(f"{what} is not a kind deployctl renders for a release")
-        elif api_version != conventions.RELEASE_KINDS[kind]:
-            found.append(f"{what} has apiVersion {api_version}, not {conventions.RELEASE_KINDS[kind]}")
+        elif api_version != kinds.api_version(kind):
+            found.append(f"{what} has apiVersion {api_version}, not {kinds.api_version(kind)}")
         elif meta.get("namespace") != namespace:
             found.append(f"{what} is outside the release's namespace {namespace}")
         elif label != release:

@@ -1,7 +1,7 @@
 """`deployctl uninstall`: delete a release's objects, record that, wait for its pods, optionally purge.
 
 Like ``helm uninstall --keep-history`` by default: the objects deployctl applied for the release
-(found by the ``deployctl.dev/release`` label, of the kinds it applies: ``applyset.MANAGED_KINDS``,
+(found by the ``deployctl.dev/release`` label, of the kinds it applies: ``kube.kinds.RELEASE_KINDS``,
 RayClusters and LeaderWorkerSets included) are deleted, and an ``uninstalled`` record is appended
 to the release's hash chain with who, when and what was deleted (the objects' bytes are its
 manifests). The history stays, so ``deployctl rollback`` can re-deploy a kept revision.
@@ -28,7 +28,7 @@ from typing import Any
 from orchestrator import conventions, errors
 from orchestrator.apply import applyset, lock, rollout
 from orchestrator.apply.outcome import Failure, Outcome, Timings
-from orchestrator.kube import Kube, connect
+from orchestrator.kube import Kube, connect, kinds
 from orchestrator.kube import client as kube_client
 from orchestrator.records import purge, releases, signing
 from orchestrator.records import trust as record_trust
@@ -38,7 +38,7 @@ Reporter = Callable[[str, str], None]
 
 # Workloads first, so pods stop before their Service and NetworkPolicy go (no traffic reaches a
 # pod that lost its isolation); the ServiceAccount last, as apply creates it first.
-DELETE_ORDER = tuple(reversed(applyset.APPLY_ORDER))
+DELETE_ORDER = tuple(reversed(kinds.APPLY_ORDER))
 _NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 PROGRESS_EVERY_SECONDS = 5.0
 
@@ -100,7 +100,7 @@ def applied_by_others(objects: Sequence[dict[str, Any]]) -> list[str]:
 def rendered_optional_kinds(history: Sequence[releases.Record]) -> set[str]:
     """The kinds whose CRD a cluster may lack (RayCluster, LeaderWorkerSet, PodMonitor) that any
     revision of the release applied: those it must be allowed to list and delete."""
-    return {kind for kind in applyset.OPTIONAL_KINDS for r in history if f"\nkind: {kind}\n" in f"\n{_text(r)}"}
+    return {kind for kind in kinds.OPTIONAL_KINDS for r in history if f"\nkind: {kind}\n" in f"\n{_text(r)}"}
 
 
 def _text(record: releases.Record) -> str:
@@ -109,18 +109,18 @@ def _text(record: releases.Record) -> str:
 
 def release_objects(kube: releases.Cluster, name: str, namespace: str, used: set[str]) -> list[dict[str, Any]]:
     """The release's objects of every kind deployctl applies, in delete order. An optional kind
-    (``applyset.OPTIONAL_KINDS``) whose CRD is missing has none; one this identity may not list is
+    (``kube.kinds.OPTIONAL_KINDS``) whose CRD is missing has none; one this identity may not list is
     an error when the release ``used`` it, since its objects would be left behind unseen."""
     found: list[dict[str, Any]] = []
     for kind in DELETE_ORDER:
         try:
             items, _ = kube.list(kind, namespace, labels=f"{conventions.RELEASE_LABEL}={name}")
         except errors.NotFound:
-            if kind not in applyset.OPTIONAL_KINDS:
+            if kind not in kinds.OPTIONAL_KINDS:
                 raise
             continue
         except errors.Forbidden:
-            if kind not in applyset.OPTIONAL_KINDS or kind in used:
+            if kind not in kinds.OPTIONAL_KINDS or kind in used:
                 raise
             continue
         found += sorted(items, key=lambda o: o["metadata"]["name"])
@@ -149,29 +149,13 @@ def _refuse_foreign(kube: Kube, name: str, namespace: str, objects: Sequence[dic
         )
 
 
-def _required_access(request: Request, used_kinds: set[str]) -> list[tuple[str, str, str, str]]:
-    wanted: list[tuple[str, str, str, str]] = [
-        (verb, group, resource, "")
-        for group, resource in (
-            ("apps", "deployments"),
-            ("", "services"),
-            ("", "serviceaccounts"),
-            ("policy", "poddisruptionbudgets"),
-            ("networking.k8s.io", "networkpolicies"),
-        )
-        for verb in ("list", "delete")
-    ]
+def _required_access(request: Request, used_kinds: set[str]) -> list[kinds.Access]:
+    wanted = kinds.access(kinds.CORE_KINDS, ("list", "delete"))
     for kind in sorted(used_kinds):
         wanted += [a for a in applyset.GROUP_ACCESS[kind] if a[0] in ("list", "delete")]
-    wanted += [
-        ("list", "", "configmaps", ""),
-        ("create", "", "configmaps", ""),
-        ("get", "coordination.k8s.io", "leases", ""),
-        ("create", "coordination.k8s.io", "leases", ""),
-        ("update", "coordination.k8s.io", "leases", ""),
-    ]
+    wanted += kinds.access(["ConfigMap"], ("list", "create")) + kinds.access(["Lease"], ("get", "create", "update"))
     if request.wait:
-        wanted += [("list", "", "pods", ""), ("watch", "", "pods", "")]
+        wanted += kinds.access(["Pod"], ("list", "watch"))
     return wanted
 
 
@@ -184,7 +168,7 @@ def _check_access(kube: Kube, request: Request, used_kinds: set[str]) -> None:
             "(`deployctl render PROFILE --format rbac`)"
         )
     if request.purge:
-        purging = [("delete", "", "configmaps", ""), ("delete", "coordination.k8s.io", "leases", "")]
+        purging = kinds.access(["ConfigMap", "Lease"], ("delete",))
         missing = applyset.missing_access(kube, request.namespace, purging)
         if missing:
             raise errors.Forbidden(

@@ -3,7 +3,8 @@
 Everything above this package sees plain dicts of Kubernetes objects and our own errors.
 """
 
-from orchestrator.kube.client import Kube, Ref, WatchEvent, connect
+from orchestrator.kube.client import Kube, WatchEvent, connect
+from orchestrator.kube.kinds import Ref
 from orchestrator.kube.kubeconfig import context_namespace
 from orchestrator.kube.portforward import PortForwarder
 

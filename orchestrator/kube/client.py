@@ -23,6 +23,7 @@ from kubernetes import config as k8s_config
 from kubernetes.config.config_exception import ConfigException
 
 from orchestrator import errors
+from orchestrator.kube import kinds
 from orchestrator.profile import user_files
 
 FIELD_MANAGER = "deployctl"
@@ -35,68 +36,6 @@ READ_TIMEOUT = 30.0
 # (re)initializing"). client-go retries these after the server's Retry-After; so do we, for a
 # bounded while, so a moment's backpressure is not a failed deploy.
 THROTTLED_RETRY_SECONDS = 30.0
-
-
-@dataclasses.dataclass(frozen=True)
-class Ref:
-    """Where a kind lives in the REST API."""
-
-    group_version: str
-    plural: str
-    namespaced: bool = True
-
-    def path(self, namespace: str | None, name: str | None = None, sub: str | None = None) -> str:
-        base = "/api/v1" if self.group_version == "v1" else f"/apis/{self.group_version}"
-        if self.namespaced:
-            if namespace is None:
-                base += f"/{self.plural}"  # all namespaces (list/watch only)
-            else:
-                base += f"/namespaces/{namespace}/{self.plural}"
-        else:
-            base += f"/{self.plural}"
-        if name is not None:
-            base += f"/{name}"
-        if sub is not None:
-            base += f"/{sub}"
-        return base
-
-
-# The kinds deployctl reads or writes. A static table keeps start-up free of discovery calls.
-KINDS: dict[str, Ref] = {
-    "Namespace": Ref("v1", "namespaces", namespaced=False),
-    "Node": Ref("v1", "nodes", namespaced=False),
-    "Pod": Ref("v1", "pods"),
-    "Service": Ref("v1", "services"),
-    "ServiceAccount": Ref("v1", "serviceaccounts"),
-    "ConfigMap": Ref("v1", "configmaps"),
-    "Secret": Ref("v1", "secrets"),
-    "Event": Ref("v1", "events"),
-    "Deployment": Ref("apps/v1", "deployments"),
-    "ReplicaSet": Ref("apps/v1", "replicasets"),
-    "PodDisruptionBudget": Ref("policy/v1", "poddisruptionbudgets"),
-    "NetworkPolicy": Ref("networking.k8s.io/v1", "networkpolicies"),
-    "Lease": Ref("coordination.k8s.io/v1", "leases"),
-    "Role": Ref("rbac.authorization.k8s.io/v1", "roles"),
-    "RoleBinding": Ref("rbac.authorization.k8s.io/v1", "rolebindings"),
-    "ClusterRole": Ref("rbac.authorization.k8s.io/v1", "clusterroles", namespaced=False),
-    "ClusterRoleBinding": Ref("rbac.authorization.k8s.io/v1", "clusterrolebindings", namespaced=False),
-    # Group engines for copies that span nodes; their CRDs exist only where KubeRay or LWS is installed.
-    "RayCluster": Ref("ray.io/v1", "rayclusters"),
-    "LeaderWorkerSet": Ref("leaderworkerset.x-k8s.io/v1", "leaderworkersets"),
-    # Prometheus Operator scraping (profile monitoring.podMonitor); its CRD exists where the operator is installed.
-    "PodMonitor": Ref("monitoring.coreos.com/v1", "podmonitors"),
-    # deployctl's own resource: a profile as an object, reconciled by `deployctl controller`.
-    "InferenceProfile": Ref("deployctl.dev/v1", "inferenceprofiles"),
-    # What InferenceProfiles may use, as the cluster admin says (orchestrator/policy/model.py).
-    "InferencePolicy": Ref("deployctl.dev/v1", "inferencepolicies", namespaced=False),
-}
-
-
-def ref_of(kind: str) -> Ref:
-    try:
-        return KINDS[kind]
-    except KeyError:
-        raise errors.UsageError(f"deployctl does not handle objects of kind {kind!r}") from None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -231,7 +170,7 @@ class Kube:
     def get(self, kind: str, name: str, namespace: str | None = None) -> dict[str, Any] | None:
         """The object, or None when it does not exist."""
         try:
-            obj: dict[str, Any] = self._call("GET", ref_of(kind).path(namespace, name), what=f"{kind} {name}")
+            obj: dict[str, Any] = self._call("GET", kinds.ref_of(kind).path(namespace, name), what=f"{kind} {name}")
         except errors.NotFound:
             return None
         return obj
@@ -250,12 +189,12 @@ class Kube:
             query.append(("labelSelector", labels))
         if fields:
             query.append(("fieldSelector", fields))
-        data = self._call("GET", ref_of(kind).path(namespace), query=query, what=f"list {kind}")
+        data = self._call("GET", kinds.ref_of(kind).path(namespace), query=query, what=f"list {kind}")
         kind_of_item = kind
         items = data.get("items") or []
         for item in items:  # lists omit kind/apiVersion on items; put them back for uniform handling
             item.setdefault("kind", kind_of_item)
-            item.setdefault("apiVersion", ref_of(kind).group_version)
+            item.setdefault("apiVersion", kinds.ref_of(kind).group_version)
         return items, str(data.get("metadata", {}).get("resourceVersion", ""))
 
     def watch(
@@ -284,7 +223,7 @@ class Kube:
             query.append(("fieldSelector", fields))
         resp = self._call(
             "GET",
-            ref_of(kind).path(namespace),
+            kinds.ref_of(kind).path(namespace),
             query=query,
             stream=True,
             read_timeout=timeout_seconds + 15,
@@ -322,7 +261,7 @@ class Kube:
             query.append(("dryRun", "All"))
         result: dict[str, Any] = self._call(
             "PATCH",
-            ref_of(kind).path(meta.get("namespace") if ref_of(kind).namespaced else None, meta["name"]),
+            kinds.ref_of(kind).path(meta.get("namespace") if kinds.ref_of(kind).namespaced else None, meta["name"]),
             query=query,
             body=json.dumps(obj),
             content_type="application/apply-patch+yaml",
@@ -333,10 +272,10 @@ class Kube:
     def create(self, obj: dict[str, Any]) -> dict[str, Any]:
         """Create; raises Conflict when the name is taken (used for atomic revision numbers)."""
         kind = obj["kind"]
-        ns = obj["metadata"].get("namespace") if ref_of(kind).namespaced else None
+        ns = obj["metadata"].get("namespace") if kinds.ref_of(kind).namespaced else None
         result: dict[str, Any] = self._call(
             "POST",
-            ref_of(kind).path(ns),
+            kinds.ref_of(kind).path(ns),
             query=[("fieldManager", FIELD_MANAGER)],
             body=obj,
             what=f"create {kind} {obj['metadata'].get('name')}",
@@ -347,10 +286,10 @@ class Kube:
         """Update guarded by metadata.resourceVersion; raises Conflict when someone else changed it."""
         kind = obj["kind"]
         meta = obj["metadata"]
-        ns = meta.get("namespace") if ref_of(kind).namespaced else None
+        ns = meta.get("namespace") if kinds.ref_of(kind).namespaced else None
         result: dict[str, Any] = self._call(
             "PUT",
-            ref_of(kind).path(ns, meta["name"]),
+            kinds.ref_of(kind).path(ns, meta["name"]),
             query=[("fieldManager", FIELD_MANAGER)],
             body=obj,
             what=f"update {kind} {meta['name']}",
@@ -364,7 +303,7 @@ class Kube:
         metadata.resourceVersion in ``patch`` guards it (Conflict when the object changed since)."""
         result: dict[str, Any] = self._call(
             "PATCH",
-            ref_of(kind).path(namespace, name, subresource),
+            kinds.ref_of(kind).path(namespace, name, subresource),
             query=[("fieldManager", FIELD_MANAGER)],
             body=patch,
             content_type="application/merge-patch+json",
@@ -378,7 +317,7 @@ class Kube:
         if precondition_rv:
             body["preconditions"] = {"resourceVersion": precondition_rv}
         try:
-            self._call("DELETE", ref_of(kind).path(namespace, name), body=body, what=f"delete {kind} {name}")
+            self._call("DELETE", kinds.ref_of(kind).path(namespace, name), body=body, what=f"delete {kind} {name}")
         except errors.NotFound:
             return False
         return True
@@ -395,7 +334,7 @@ class Kube:
             query.append(("previous", "true"))
         resp = self._call(
             "GET",
-            ref_of("Pod").path(namespace, name, "log"),
+            kinds.ref_of("Pod").path(namespace, name, "log"),
             query=query,
             stream=True,
             what=f"log of pod {name}",
