@@ -18,15 +18,13 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import datetime
-import queue
 import re
-import threading
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from orchestrator import conventions, errors
-from orchestrator.apply import applyset, lock, rollout
+from orchestrator.apply import applyset, lock, pods_gone
 from orchestrator.apply.outcome import Failure, Outcome, Timings
 from orchestrator.kube import Kube, connect, kinds
 from orchestrator.kube import client as kube_client
@@ -40,7 +38,6 @@ Reporter = Callable[[str, str], None]
 # pod that lost its isolation); the ServiceAccount last, as apply creates it first.
 DELETE_ORDER = tuple(reversed(kinds.APPLY_ORDER))
 _NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
-PROGRESS_EVERY_SECONDS = 5.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -428,7 +425,7 @@ def _wait(
     kube: Kube, request: Request, deadline: float, report: Reporter, timings: Timings, held: lock.ReleaseLock
 ) -> list[str]:
     with timings.phase("wait"):
-        return wait_pods_gone(
+        return pods_gone.wait(
             kube,
             request.namespace,
             request.name,
@@ -436,71 +433,6 @@ def _wait(
             progress=lambda m: report("wait", m),
             abort=held.lost_reason,
         )
-
-
-def wait_pods_gone(
-    kube: Kube,
-    namespace: str,
-    name: str,
-    *,
-    timeout: float,
-    progress: Callable[[str], None] = lambda _msg: None,
-    abort: Callable[[], str | None] = lambda: None,
-) -> list[str]:
-    """Read the release's pods once, then watch them until none is left (their GPUs are free);
-    the names still there when ``timeout`` ran out (or the lock was lost), else empty."""
-    start = time.monotonic()
-    events: queue.Queue[tuple[str, str, dict[str, Any]]] = queue.Queue()
-    stop = threading.Event()
-    watcher = rollout.Watcher(kube, "Pod", namespace, events, stop, labels=f"{conventions.RELEASE_LABEL}={name}")
-    watcher.start()
-    pods: dict[str, dict[str, Any]] = {}
-    synced, said, said_at = False, "", 0.0
-    try:
-        while True:
-            if synced and not pods:
-                return []
-            elapsed = time.monotonic() - start
-            if elapsed >= timeout or abort() is not None:
-                return sorted(pods)
-            try:
-                _, kind, obj = events.get(timeout=min(1.0, max(0.01, timeout - elapsed)))
-            except queue.Empty:
-                kind, obj = "", {}
-            if kind == "SYNC":
-                pods = {p["metadata"]["name"]: p for p in obj["items"]}
-                synced = True
-            elif kind == "DELETED":
-                pods.pop(obj["metadata"]["name"], None)
-            elif kind in ("ADDED", "MODIFIED"):
-                pods[obj["metadata"]["name"]] = obj
-            if synced and pods:
-                text = describe_pods(list(pods.values()))
-                if text != said or time.monotonic() - said_at >= PROGRESS_EVERY_SECONDS:
-                    progress(text)
-                    said, said_at = text, time.monotonic()
-    finally:
-        stop.set()
-
-
-def describe_pods(pods: Sequence[dict[str, Any]], now: datetime.datetime | None = None) -> str:
-    """``waiting for 2 pods to terminate: a (terminating 12s), b (Running)``, four named at most."""
-    now = now or _now()
-    parts = []
-    for pod in sorted(pods, key=lambda p: p["metadata"]["name"])[:4]:
-        meta = pod["metadata"]
-        since = meta.get("deletionTimestamp")
-        if since:
-            try:
-                seconds = (now - datetime.datetime.fromisoformat(since.replace("Z", "+00:00"))).total_seconds()
-                state = f"terminating {max(0, int(seconds))}s"
-            except ValueError:
-                state = "terminating"
-        else:
-            state = str((pod.get("status") or {}).get("phase") or "Pending")
-        parts.append(f"{meta['name']} ({state})")
-    more = f", and {len(pods) - 4} more" if len(pods) > 4 else ""
-    return f"waiting for {len(pods)} pod{'s' if len(pods) != 1 else ''} to terminate: {', '.join(parts)}{more}"
 
 
 # --- endings --------------------------------------------------------------------------------------
