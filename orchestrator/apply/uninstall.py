@@ -361,24 +361,14 @@ def record_uninstall(
         description = f"uninstall ({was}; {len(refs)} object{'s' if len(refs) != 1 else ''} deleted)"
     else:
         description = f"uninstall failed ({was}; {len(refs)} deleted before a delete was refused)"
-    return releases.append(
+    manifests = render.to_yaml([applyset.clean(o) for o in deleted]).encode()
+    draft = dataclasses.replace(releases.Draft.of(base, actor, signer), manifests=manifests, plan=None)
+    return draft.record(
         kube,
-        base.release,
-        base.namespace,
         outcome="failed" if failure else "uninstalled",
         description=description,
-        manifests=render.to_yaml([applyset.clean(o) for o in deleted]).encode(),
-        profile_text=base.profile,
-        plan=None,
-        gate=None,
         failure=failure.to_record() if failure else None,
-        rollback_of=None,
-        model=base.model,
-        image=base.image,
-        profile_hash=base.profile_hash,
-        actor=actor,
         deleted=refs,
-        signer=signer,
     )
 
 

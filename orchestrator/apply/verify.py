@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from orchestrator import engines, errors
-from orchestrator.apply import group_rollout, health, rollout
+from orchestrator.apply import group_rollout, health, rollout, watching
 from orchestrator.apply.outcome import Failure, Timings
 from orchestrator.engines import startup_log
 from orchestrator.gate import auth as gate_auth
@@ -242,26 +242,7 @@ def verify(
     """Watch, health-gate, read the start-up logs, smoke-gate; ``previous`` is the live release's
     stored gate report, for the regression check."""
     with timings.phase("rollout"):
-        if spec.group is not None:
-            result = group_rollout.watch_groups(
-                kube,
-                namespace,
-                name,
-                spec.group,
-                timeout=spec.rollout_timeout,
-                progress=lambda m: report(phase or "rollout", m),
-                abort=abort,
-            )
-        else:
-            result = rollout.watch_rollout(
-                kube,
-                namespace,
-                name,
-                timeout=spec.rollout_timeout,
-                progress=lambda m: report(phase or "rollout", m),
-                abort=abort,
-                engine=spec.engine,
-            )
+        result = _watch(kube, name, namespace, spec, lambda m: report(phase or "rollout", m), abort)
     if not result.ok:
         assert result.failure is not None
         return Judgement(Failure(result.failure.cls, result.failure.message, "rollout"))
@@ -305,6 +286,19 @@ def verify(
         cls = "slo_failed" if verdict.verdict == gate.Verdict.FAIL else "gate_error"
         return Judgement(Failure(cls, verdict.summary(), "smoke"), verdict, observed)
     return Judgement(None, verdict, observed)
+
+
+def _watch(
+    kube: Kube, name: str, namespace: str, spec: GateSpec, progress: Callable[[str], None], abort: Abort
+) -> watching.RolloutResult:
+    """Watch the rollout: the copies' groups when they span nodes, else the Deployment."""
+    if spec.group is not None:
+        return group_rollout.watch_groups(
+            kube, namespace, name, spec.group, timeout=spec.rollout_timeout, progress=progress, abort=abort
+        )
+    return rollout.watch_rollout(
+        kube, namespace, name, timeout=spec.rollout_timeout, progress=progress, abort=abort, engine=spec.engine
+    )
 
 
 def _could_not_measure(message: str, observed: tuple[startup_log.Observation, ...] = ()) -> Judgement:

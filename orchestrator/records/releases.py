@@ -288,6 +288,7 @@ class Draft:
         failure: dict[str, str] | None = None,
         observed: list[dict[str, Any]] | None = None,
         rollback_of: int | None = None,
+        deleted: list[str] | None = None,
     ) -> Record:
         return append(
             kube,
@@ -302,6 +303,7 @@ class Draft:
             failure=failure,
             observed=observed,
             rollback_of=rollback_of,
+            deleted=deleted,
             model=self.model,
             image=self.image,
             profile_hash=self.profile_hash,
