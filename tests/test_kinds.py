@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from orchestrator.apply import applyset, uninstall
-from orchestrator.kube import client, kinds
+from orchestrator.kube import kinds
 from orchestrator.render import manifests as render
 
 _WRITE_VERBS = ("get", "list", "watch", "patch", "delete")
@@ -118,8 +118,8 @@ def test_the_rendered_role_grants_every_access_apply_and_uninstall_check() -> No
     rules = _role_rules()
     wanted = list(applyset.REQUIRED_ACCESS) + [a for group in applyset.GROUP_ACCESS.values() for a in group]
     wanted += uninstall._required_access(uninstall.Request("chat"), set(kinds.OPTIONAL_KINDS))
-    denied = [a for a in wanted if not any(client._rule_grants(rule, *a) for rule in rules)]
+    denied = [a for a in wanted if not any(kinds.rule_grants(rule, *a) for rule in rules)]
     assert denied == []
     writes = ("get", "list", "create", "patch", "update", "delete")  # applied, pruned and deleted
     release = [a for kind in kinds.RELEASE_KINDS for a in kinds.access([kind], writes)]
-    assert [a for a in release if not any(client._rule_grants(rule, *a) for rule in rules)] == []
+    assert [a for a in release if not any(kinds.rule_grants(rule, *a) for rule in rules)] == []

@@ -24,6 +24,7 @@ from kubernetes.config.config_exception import ConfigException
 
 from orchestrator import errors
 from orchestrator.kube import kinds
+from orchestrator.kube import status as kube_status
 from orchestrator.profile import user_files
 
 FIELD_MANAGER = "deployctl"
@@ -36,6 +37,11 @@ READ_TIMEOUT = 30.0
 # (re)initializing"). client-go retries these after the server's Retry-After; so do we, for a
 # bounded while, so a moment's backpressure is not a failed deploy.
 THROTTLED_RETRY_SECONDS = 30.0
+_AUTHORIZATION = "authorization.k8s.io/v1"
+
+
+# Query parameters of a request, as the client serializes them.
+Query = list[tuple[str, str | int]]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -59,8 +65,8 @@ class Kube:
         method: str,
         path: str,
         *,
-        query: list[tuple[str, Any]] | None = None,
-        body: Any = None,
+        query: Query | None = None,
+        body: object = None,
         content_type: str = "application/json",
         stream: bool = False,
         read_timeout: float | None = READ_TIMEOUT,
@@ -79,8 +85,8 @@ class Kube:
         self,
         method: str,
         path: str,
-        query: list[tuple[str, Any]] | None,
-        body: Any,
+        query: Query | None,
+        body: object,
         content_type: str,
         stream: bool,
         read_timeout: float | None,
@@ -170,10 +176,9 @@ class Kube:
     def get(self, kind: str, name: str, namespace: str | None = None) -> dict[str, Any] | None:
         """The object, or None when it does not exist."""
         try:
-            obj: dict[str, Any] = self._call("GET", kinds.ref_of(kind).path(namespace, name), what=f"{kind} {name}")
+            return self._object("GET", kinds.ref_of(kind).path(namespace, name), what=f"{kind} {name}")
         except errors.NotFound:
             return None
-        return obj
 
     def list(
         self,
@@ -184,7 +189,7 @@ class Kube:
         fields: str | None = None,
     ) -> tuple[list[dict[str, Any]], str]:
         """Items and the list's resourceVersion (to start a watch from)."""
-        query: list[tuple[str, Any]] = []
+        query: Query = []
         if labels:
             query.append(("labelSelector", labels))
         if fields:
@@ -211,7 +216,7 @@ class Kube:
 
         A 410 (history compacted) raises WatchExpired: the caller re-lists and watches again.
         """
-        query: list[tuple[str, Any]] = [
+        query: Query = [
             ("watch", "true"),
             ("resourceVersion", resource_version),
             ("allowWatchBookmarks", "true"),
@@ -249,59 +254,49 @@ class Kube:
         finally:
             resp.release_conn()
 
-    def apply(self, obj: dict[str, Any], *, dry_run: bool = False, force: bool = True) -> dict[str, Any]:
+    def apply(self, obj: Mapping[str, object], *, dry_run: bool = False, force: bool = True) -> dict[str, Any]:
         """Server-side apply as field manager ``deployctl``."""
-        kind = obj["kind"]
-        meta = obj["metadata"]
-        query: list[tuple[str, Any]] = [
-            ("fieldManager", FIELD_MANAGER),
-            ("force", "true" if force else "false"),
-        ]
+        kind, name, namespace = _identity(obj)
+        query: Query = [("fieldManager", FIELD_MANAGER), ("force", "true" if force else "false")]
         if dry_run:
             query.append(("dryRun", "All"))
-        result: dict[str, Any] = self._call(
+        return self._object(
             "PATCH",
-            kinds.ref_of(kind).path(meta.get("namespace") if kinds.ref_of(kind).namespaced else None, meta["name"]),
+            kinds.ref_of(kind).path(namespace, name),
             query=query,
             body=json.dumps(obj),
             content_type="application/apply-patch+yaml",
-            what=f"apply {kind} {meta['name']}",
+            what=f"apply {kind} {name}",
         )
-        return result
 
-    def create(self, obj: dict[str, Any]) -> dict[str, Any]:
+    def create(self, obj: Mapping[str, object]) -> dict[str, Any]:
         """Create; raises Conflict when the name is taken (used for atomic revision numbers)."""
-        kind = obj["kind"]
-        ns = obj["metadata"].get("namespace") if kinds.ref_of(kind).namespaced else None
-        result: dict[str, Any] = self._call(
-            "POST",
-            kinds.ref_of(kind).path(ns),
-            query=[("fieldManager", FIELD_MANAGER)],
-            body=obj,
-            what=f"create {kind} {obj['metadata'].get('name')}",
+        kind, name, namespace = _identity(obj)
+        path = kinds.ref_of(kind).path(namespace)
+        return self._object(
+            "POST", path, query=[("fieldManager", FIELD_MANAGER)], body=obj, what=f"create {kind} {name}"
         )
-        return result
 
-    def replace(self, obj: dict[str, Any]) -> dict[str, Any]:
+    def replace(self, obj: Mapping[str, object]) -> dict[str, Any]:
         """Update guarded by metadata.resourceVersion; raises Conflict when someone else changed it."""
-        kind = obj["kind"]
-        meta = obj["metadata"]
-        ns = meta.get("namespace") if kinds.ref_of(kind).namespaced else None
-        result: dict[str, Any] = self._call(
-            "PUT",
-            kinds.ref_of(kind).path(ns, meta["name"]),
-            query=[("fieldManager", FIELD_MANAGER)],
-            body=obj,
-            what=f"update {kind} {meta['name']}",
+        kind, name, namespace = _identity(obj)
+        path = kinds.ref_of(kind).path(namespace, name)
+        return self._object(
+            "PUT", path, query=[("fieldManager", FIELD_MANAGER)], body=obj, what=f"update {kind} {name}"
         )
-        return result
 
     def merge_patch(
-        self, kind: str, name: str, namespace: str | None, patch: dict[str, Any], *, subresource: str | None = None
+        self,
+        kind: str,
+        name: str,
+        namespace: str | None,
+        patch: Mapping[str, object],
+        *,
+        subresource: str | None = None,
     ) -> dict[str, Any]:
         """JSON merge patch (RFC 7386) of an object or its ``subresource`` (e.g. ``status``); a
         metadata.resourceVersion in ``patch`` guards it (Conflict when the object changed since)."""
-        result: dict[str, Any] = self._call(
+        return self._object(
             "PATCH",
             kinds.ref_of(kind).path(namespace, name, subresource),
             query=[("fieldManager", FIELD_MANAGER)],
@@ -309,11 +304,24 @@ class Kube:
             content_type="application/merge-patch+json",
             what=f"patch {kind} {name}" + (f"/{subresource}" if subresource else ""),
         )
-        return result
+
+    def _object(
+        self,
+        method: str,
+        path: str,
+        *,
+        query: Query | None = None,
+        body: object = None,
+        content_type: str = "application/json",
+        what: str,
+    ) -> dict[str, Any]:
+        """A request whose answer is one object (or a list of them) as the API server sent it."""
+        answer: dict[str, Any] = self._call(method, path, query=query, body=body, content_type=content_type, what=what)
+        return answer
 
     def delete(self, kind: str, name: str, namespace: str | None = None, *, precondition_rv: str | None = None) -> bool:
         """Delete in the foreground; False when it was already gone."""
-        body: dict[str, Any] = {"propagationPolicy": "Background"}
+        body: dict[str, object] = {"propagationPolicy": "Background"}
         if precondition_rv:
             body["preconditions"] = {"resourceVersion": precondition_rv}
         try:
@@ -327,7 +335,7 @@ class Kube:
     ) -> str:
         """The container log: its last ``tail_lines`` lines, or (None) from the start, at most
         ``limit_bytes`` of it when that is set."""
-        query: list[tuple[str, Any]] = [("tailLines", tail_lines)] if tail_lines is not None else []
+        query: Query = [("tailLines", tail_lines)] if tail_lines is not None else []
         if limit_bytes:
             query.append(("limitBytes", limit_bytes))
         if previous:
@@ -346,13 +354,8 @@ class Kube:
 
     def whoami(self) -> str:
         """The authenticated user name, as the API server sees it (SelfSubjectReview)."""
-        review = self._call(
-            "POST",
-            "/apis/authentication.k8s.io/v1/selfsubjectreviews",
-            body={"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"},
-            what="who am I",
-        )
-        return str(review.get("status", {}).get("userInfo", {}).get("username", "unknown"))
+        review = self._review("authentication.k8s.io/v1", "SelfSubjectReview", "who am I")
+        return str(kube_status.mapping(review.get("userInfo")).get("username", "unknown"))
 
     def can_i(self, verb: str, resource: str, namespace: str | None, *, group: str = "", subresource: str = "") -> bool:
         """Whether the API server would allow this request (SelfSubjectAccessReview)."""
@@ -361,17 +364,8 @@ class Kube:
             attributes["namespace"] = namespace
         if subresource:
             attributes["subresource"] = subresource
-        review = self._call(
-            "POST",
-            "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews",
-            body={
-                "apiVersion": "authorization.k8s.io/v1",
-                "kind": "SelfSubjectAccessReview",
-                "spec": {"resourceAttributes": attributes},
-            },
-            what="access review",
-        )
-        return bool(review.get("status", {}).get("allowed"))
+        spec = {"resourceAttributes": attributes}
+        return bool(self._review(_AUTHORIZATION, "SelfSubjectAccessReview", "access review", spec).get("allowed"))
 
     def granted_by_rules(self, namespace: str, wanted: Sequence[tuple[str, str, str, str]]) -> tuple[bool, ...]:
         """Which of ``wanted`` (verb, group, resource, subresource) are granted in ``namespace``,
@@ -383,21 +377,21 @@ class Kube:
         is False, and the caller asks ``can_i``, which is authoritative, for each.
         """
         try:
-            review = self._call(
-                "POST",
-                "/apis/authorization.k8s.io/v1/selfsubjectrulesreviews",
-                body={
-                    "apiVersion": "authorization.k8s.io/v1",
-                    "kind": "SelfSubjectRulesReview",
-                    "spec": {"namespace": namespace},
-                },
-                what="rules review",
-            )
+            status = self._review(_AUTHORIZATION, "SelfSubjectRulesReview", "rules review", {"namespace": namespace})
         except (errors.Forbidden, errors.NotFound):
             return (False,) * len(wanted)
-        status = review.get("status") or {}
-        rules = [] if status.get("incomplete") else status.get("resourceRules") or []
-        return tuple(any(_rule_grants(rule, *w) for rule in rules) for w in wanted)
+        rules = [] if status.get("incomplete") else kube_status.mappings(status.get("resourceRules"))
+        return tuple(any(kinds.rule_grants(rule, *w) for rule in rules) for w in wanted)
+
+    def _review(
+        self, group_version: str, kind: str, what: str, spec: Mapping[str, object] | None = None
+    ) -> Mapping[str, object]:
+        """The status of a self review of ``kind`` (who am I, may I), created and answered in one call."""
+        body: dict[str, object] = {"apiVersion": group_version, "kind": kind}
+        if spec is not None:
+            body["spec"] = spec
+        review = self._object("POST", f"/apis/{group_version}/{kind.lower()}s", body=body, what=what)
+        return kube_status.mapping(review.get("status"))
 
     def server_version(self) -> str:
         data = self._call("GET", "/version", what="server version")
@@ -409,19 +403,14 @@ class Kube:
         return self._api
 
 
-def _rule_grants(rule: Mapping[str, Any], verb: str, group: str, resource: str, subresource: str) -> bool:
-    """Whether one listed rule allows a request without an object name, as RBAC decides it
-    (k8s.io/kubernetes pkg/apis/rbac/v1 evaluation_helpers.go: VerbMatches, APIGroupMatches,
-    ResourceMatches, ResourceNameMatches)."""
-    if rule.get("resourceNames"):  # grants only the named objects; a list or create has no name
-        return False
-    verbs, groups, resources = rule.get("verbs") or [], rule.get("apiGroups") or [], rule.get("resources") or []
-    if "*" not in verbs and verb not in verbs:
-        return False
-    if "*" not in groups and group not in groups:
-        return False
-    combined = f"{resource}/{subresource}" if subresource else resource
-    return "*" in resources or combined in resources or (bool(subresource) and f"*/{subresource}" in resources)
+def _identity(obj: Mapping[str, object]) -> tuple[str, str, str | None]:
+    """The kind, name and namespace (None for a cluster-scoped kind) of an object to write."""
+    kind, meta = obj.get("kind"), kube_status.mapping(obj.get("metadata"))
+    if not isinstance(kind, str):
+        raise errors.UsageError(f"an object to write has no kind: {errors.shorten(str(obj), 200)}")
+    namespace = meta.get("namespace")
+    scoped = isinstance(namespace, str) and kinds.ref_of(kind).namespaced
+    return kind, kube_status.text(meta.get("name")), namespace if scoped and isinstance(namespace, str) else None
 
 
 def connect(kubeconfig: str | None = None, context: str | None = None) -> Kube:

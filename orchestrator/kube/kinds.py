@@ -2,14 +2,15 @@
 
 One table, so that the client's paths, applyset's apply and prune, uninstall's delete order, the
 access checks made before a write and the Role deployctl renders for itself (a test holds the
-templates to this table) never disagree about a kind. A static table keeps start-up free of
-discovery calls. Pure data: nothing here reaches the network.
+templates to this table) never disagree about a kind; ``rule_grants`` reads an RBAC rule the way
+the API server does. A static table keeps start-up free of discovery calls. Pure data: nothing
+here reaches the network.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 from orchestrator import conventions, errors
 
@@ -106,3 +107,22 @@ def access(kinds: Iterable[str], verbs: Iterable[str], subresource: str = "") ->
     """The permissions to do each of ``verbs`` to each of ``kinds`` (kind by kind, verbs in order)."""
     wanted = tuple(verbs)
     return [(verb, ref_of(k).group, ref_of(k).plural, subresource) for k in kinds for verb in wanted]
+
+
+def rule_grants(rule: Mapping[str, object], verb: str, group: str, resource: str, subresource: str) -> bool:
+    """Whether one listed rule allows a request without an object name, as RBAC decides it
+    (k8s.io/kubernetes pkg/apis/rbac/v1 evaluation_helpers.go: VerbMatches, APIGroupMatches,
+    ResourceMatches, ResourceNameMatches)."""
+    if rule.get("resourceNames"):  # grants only the named objects; a list or create has no name
+        return False
+    verbs, groups, resources = (_strings(rule.get(key)) for key in ("verbs", "apiGroups", "resources"))
+    if "*" not in verbs and verb not in verbs:
+        return False
+    if "*" not in groups and group not in groups:
+        return False
+    combined = f"{resource}/{subresource}" if subresource else resource
+    return "*" in resources or combined in resources or (bool(subresource) and f"*/{subresource}" in resources)
+
+
+def _strings(value: object) -> list[str]:
+    return [item for item in value if isinstance(item, str)] if isinstance(value, list) else []
