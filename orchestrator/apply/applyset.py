@@ -9,10 +9,13 @@ from __future__ import annotations
 import concurrent.futures
 import contextlib
 import copy
+from collections.abc import Sequence
 from typing import Any
 
 from orchestrator import conventions, errors
 from orchestrator.kube import Kube, kinds
+from orchestrator.kube import status as kube_status
+from orchestrator.kube.status import Object
 
 RELEASE_LABEL = conventions.RELEASE_LABEL
 # Metadata the API server writes: never part of what a release is, so never stored or compared.
@@ -92,9 +95,7 @@ def ensure_namespace(kube: Kube, namespace: str, create: bool) -> None:
         kube.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
 
 
-def apply(
-    kube: Kube, name: str, namespace: str, objects: list[dict[str, Any]], *, keep_old_copies: bool = False
-) -> None:
+def apply(kube: Kube, name: str, namespace: str, objects: Sequence[Object], *, keep_old_copies: bool = False) -> None:
     """Server-side apply every object, then prune this release's objects the new set no longer has.
 
     ``keep_old_copies`` leaves the old group objects (RayClusters) running beside the new ones: a
@@ -106,10 +107,15 @@ def apply(
 
 
 def prune(
-    kube: Kube, name: str, namespace: str, objects: list[dict[str, Any]], *, kinds: tuple[str, ...] = MANAGED_KINDS
+    kube: Kube, name: str, namespace: str, objects: Sequence[Object], *, kinds: tuple[str, ...] = MANAGED_KINDS
 ) -> None:
     """Delete this release's objects of ``kinds`` that ``objects`` does not hold."""
-    _delete_except(kube, name, namespace, kinds, {(o["kind"], o["metadata"]["name"]) for o in objects})
+    _delete_except(kube, name, namespace, kinds, {_key(o) for o in objects})
+
+
+def _key(obj: Object) -> tuple[str, str]:
+    """(kind, name): how a release's objects are told apart."""
+    return kube_status.text(obj.get("kind")), kube_status.name_of(obj)
 
 
 def _delete_except(
@@ -146,49 +152,56 @@ def remove(kube: Kube, name: str, namespace: str, *, keep: frozenset[tuple[str, 
     _delete_except(kube, name, namespace, MANAGED_KINDS, keep)
 
 
-def pod_template_changes(kube: Kube, rendered: dict[str, Any], live: dict[str, Any]) -> bool:
+def pod_template_changes(kube: Kube, rendered: Object, live: Object) -> bool:
     """Whether applying ``rendered`` (a Deployment) would replace pods: a server-side dry-run fills
     in the same defaults as the live object, so the two pod templates compare exactly."""
     try:
         would_be = kube.apply(rendered, dry_run=True)
     except errors.ClusterError:
         return True  # cannot tell: assume the rollout happens, which is the careful answer
-    return bool(would_be.get("spec", {}).get("template") != live.get("spec", {}).get("template"))
+    return _template(would_be) != _template(live)
 
 
-def clean(obj: dict[str, Any]) -> dict[str, Any]:
+def _template(obj: Object) -> object:
+    return kube_status.mapping(obj.get("spec")).get("template")
+
+
+def clean(obj: Object) -> dict[str, object]:
     """``obj`` without status and what the API server wrote into its metadata: what was applied."""
-    obj = copy.deepcopy(obj)
-    obj.pop("status", None)
-    meta = obj.get("metadata") or {}
+    cleaned = copy.deepcopy(dict(obj))
+    cleaned.pop("status", None)
+    meta = cleaned.get("metadata")
+    if not isinstance(meta, dict):
+        return cleaned
     for key in SERVER_METADATA:
         meta.pop(key, None)
-    annotations = meta.get("annotations") or {}
-    for key in SERVER_ANNOTATIONS:
-        annotations.pop(key, None)
+    annotations = meta.get("annotations")
+    if isinstance(annotations, dict):
+        for key in SERVER_ANNOTATIONS:
+            annotations.pop(key, None)
     if not annotations:
         meta.pop("annotations", None)
-    return obj
+    return cleaned
 
 
-def live_objects(kube: Kube, name: str, namespace: str) -> list[dict[str, Any]]:
+def live_objects(kube: Kube, name: str, namespace: str) -> list[dict[str, object]]:
     """The release's objects as they are in the cluster now (what a GitOps tool applied), cleaned,
     in the order deployctl applies them, so that stored bytes can be re-applied by a rollback."""
-    found: list[dict[str, Any]] = []
+    found: list[dict[str, object]] = []
     for kind in APPLY_ORDER:
         items = release_objects(kube, kind, name, namespace)
         found += [clean(item) for item in sorted(items, key=lambda o: o["metadata"]["name"])]
     return found
 
 
-def planned_changes(kube: Kube, name: str, namespace: str, objects: list[dict[str, Any]]) -> list[dict[str, str]]:
+def planned_changes(kube: Kube, name: str, namespace: str, objects: Sequence[Object]) -> list[dict[str, str]]:
     """What applying ``objects`` would do, object by object, found by a server-side dry-run: each
     entry is {"object": "Kind/name", "action": "create" | "update" | "unchanged" | "delete"}.
     Nothing is written."""
     namespace_exists = kube.get("Namespace", namespace) is not None
     changes: list[dict[str, str]] = []
     for obj in objects:
-        kind, obj_name = obj["kind"], obj["metadata"]["name"]
+        kind, obj_name = _key(obj)
         live = kube.get(kind, obj_name, namespace) if namespace_exists else None
         if live is None:
             action = "create"
@@ -196,7 +209,7 @@ def planned_changes(kube: Kube, name: str, namespace: str, objects: list[dict[st
             after = kube.apply(obj, dry_run=True)
             action = "unchanged" if clean(after) == clean(live) else "update"
         changes.append({"object": f"{kind}/{obj_name}", "action": action})
-    keep = {(o["kind"], o["metadata"]["name"]) for o in objects}
+    keep = {_key(o) for o in objects}
     for kind in MANAGED_KINDS if namespace_exists else ():
         items = release_objects(kube, kind, name, namespace)
         changes += [

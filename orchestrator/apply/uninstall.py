@@ -28,6 +28,7 @@ from orchestrator.apply import applyset, lock, pods_gone
 from orchestrator.apply.outcome import Failure, Outcome, Timings
 from orchestrator.kube import Kube, connect, kinds
 from orchestrator.kube import client as kube_client
+from orchestrator.kube import status as kube_status
 from orchestrator.records import purge, releases, signing
 from orchestrator.records import trust as record_trust
 from orchestrator.render import manifests as render
@@ -82,15 +83,14 @@ def check_request(request: Request) -> None:
 # --- what belongs to the release ------------------------------------------------------------------
 
 
-def applied_by_others(objects: Sequence[dict[str, Any]]) -> list[str]:
+def applied_by_others(objects: Sequence[kube_status.Object]) -> list[str]:
     """``Kind/name (managers)`` of each object no ``deployctl`` field manager ever wrote: another
     tool applies it. An object without managedFields (a server that strips them) is not judged."""
     found = []
     for obj in objects:
-        entries = obj.get("metadata", {}).get("managedFields") or []
-        managers = sorted({str(e.get("manager", "?")) for e in entries})
+        managers = kube_status.Meta.from_object(obj).managers
         if managers and kube_client.FIELD_MANAGER not in managers:
-            found.append(f"{obj['kind']}/{obj['metadata']['name']} ({', '.join(managers)})")
+            found.append(f"{_ref(obj)} ({', '.join(managers)})")
     return found
 
 
@@ -124,7 +124,7 @@ def release_objects(kube: releases.Cluster, name: str, namespace: str, used: set
     return found
 
 
-def _refuse_foreign(kube: Kube, name: str, namespace: str, objects: Sequence[dict[str, Any]]) -> None:
+def _refuse_foreign(kube: Kube, name: str, namespace: str, objects: Sequence[kube_status.Object]) -> None:
     """Refuse what another tool would put back: objects it applies, or a controller-driven release."""
     others = applied_by_others(objects)
     if others:
@@ -310,7 +310,7 @@ def _delete_and_record(
     request: Request,
     history: list[releases.Record],
     objects: list[dict[str, Any]],
-    actor: dict[str, Any],
+    actor: dict[str, object],
     report: Reporter,
     timings: Timings,
     changes: list[dict[str, str]],
@@ -346,7 +346,7 @@ def record_uninstall(
     kube: releases.Cluster,
     history: list[releases.Record],
     deleted: list[dict[str, Any]],
-    actor: dict[str, Any],
+    actor: dict[str, object],
     failure: Failure | None,
     signer: signing.Signer | None = None,
 ) -> releases.Record:
@@ -372,7 +372,7 @@ def record_uninstall(
     )
 
 
-def _purge(kube: Kube, request: Request, actor: dict[str, Any], report: Reporter) -> list[dict[str, str]]:
+def _purge(kube: Kube, request: Request, actor: dict[str, object], report: Reporter) -> list[dict[str, str]]:
     """Export and verify, leave the tombstone, then delete the records (``orchestrator.records.purge``)."""
     name, namespace = request.name, request.namespace
     assert request.audit_export is not None
@@ -491,8 +491,8 @@ def _rollback_hint(name: str, namespace: str) -> str:
     return f" (`deployctl rollback {name} -n {namespace}` re-deploys the revision that was live)"
 
 
-def _ref(obj: dict[str, Any]) -> str:
-    return f"{obj['kind']}/{obj['metadata']['name']}"
+def _ref(obj: kube_status.Object) -> str:
+    return f"{kube_status.text(obj.get('kind'))}/{kube_status.name_of(obj)}"
 
 
 def _now() -> datetime.datetime:

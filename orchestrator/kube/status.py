@@ -47,6 +47,7 @@ class Meta:
     deleting: bool = False  # a deletionTimestamp is set: the object is terminating
     deletion_timestamp: str = ""
     owner_uids: tuple[str, ...] = ()
+    managers: tuple[str, ...] = ()  # the field managers that wrote it (who applied it), sorted
 
     @classmethod
     def from_object(cls, obj: Object) -> Meta:
@@ -61,6 +62,7 @@ class Meta:
             deleting=bool(deleted),
             deletion_timestamp=text(deleted),
             owner_uids=tuple(text(o.get("uid")) for o in mappings(meta.get("ownerReferences"))),
+            managers=tuple(sorted({str(e.get("manager", "?")) for e in mappings(meta.get("managedFields"))})),
         )
 
 
