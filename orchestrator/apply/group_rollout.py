@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Callable
 
 from orchestrator import conventions, errors
 from orchestrator.apply import rollout, watching
@@ -45,11 +44,7 @@ def watch_groups(
     namespace: str,
     name: str,
     watch: GroupWatch,
-    *,
-    timeout: float,
-    progress: Callable[[str], None] = lambda _msg: None,
-    abort: Callable[[], str | None] = lambda: None,
-    unreachable_limit: float = 60.0,
+    wait: watching.Wait,
 ) -> RolloutResult:
     """Wait until every copy in ``watch`` is ready, or explain why one cannot be.
 
@@ -63,15 +58,12 @@ def watch_groups(
         _State(),
         _update,
         _GroupJudge(kube, namespace, watch, time.monotonic()),
-        timeout=timeout,
-        timed_out=lambda waiting: f"the copies of {name} were not ready within {int(timeout)}s: {waiting}",
+        wait,
+        timed_out=lambda waiting: f"the copies of {name} were not ready within {int(wait.timeout)}s: {waiting}",
         unreachable=lambda error: (
-            f"lost the Kubernetes API for {int(unreachable_limit)}s while watching the copies "
+            f"lost the Kubernetes API for {int(wait.unreachable_limit)}s while watching the copies "
             f"of {name}: {error}. They may still come up; check `deployctl status {name}`"
         ),
-        progress=progress,
-        unreachable_limit=unreachable_limit,
-        abort=abort,
     )
 
 

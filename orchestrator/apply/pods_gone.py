@@ -10,7 +10,7 @@ import datetime
 import queue
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 from orchestrator import conventions
 from orchestrator.apply import watching
@@ -24,13 +24,11 @@ def wait(
     kube: Kube,
     namespace: str,
     name: str,
-    *,
-    timeout: float,
-    progress: Callable[[str], None] = lambda _msg: None,
-    abort: Callable[[], str | None] = lambda: None,
+    wait_for: watching.Wait,
 ) -> list[str]:
     """Read the release's pods once, then watch them until none is left (their GPUs are free);
-    the names still there when ``timeout`` ran out (or the lock was lost), else empty."""
+    the names still there when ``wait_for.timeout`` ran out (or the lock was lost), else empty."""
+    timeout, progress, abort = wait_for.timeout, wait_for.progress, wait_for.abort
     start = time.monotonic()
     events: queue.Queue[watching.Event] = queue.Queue()
     stop = threading.Event()

@@ -83,17 +83,14 @@ def watch_rollout(
     kube: Kube,
     namespace: str,
     name: str,
+    wait: watching.Wait,
     *,
-    timeout: float,
-    progress: Callable[[str], None] = lambda _msg: None,
-    unreachable_limit: float = 60.0,
-    abort: Callable[[], str | None] = lambda: None,
     engine: str = engines.DEFAULT_KIND,
 ) -> watching.RolloutResult:
     """Wait until Deployment ``name`` is rolled out, or explain why it cannot be.
 
-    ``abort`` is asked about once a second; a reason it returns (the release lock was lost) ends
-    the watch as failure class ``lock_lost``. ``engine`` says whose crash lines to read.
+    A lost lock (``wait.abort``) ends the watch as failure class ``lock_lost``. ``engine`` says
+    whose crash lines to read.
     """
     selector = f"{RELEASE_LABEL}={name}"
     return watching.follow(
@@ -108,17 +105,15 @@ def watch_rollout(
         _State(),
         _update,
         _Judge(kube, namespace, name, time.monotonic(), engine),
-        timeout=timeout,
+        wait,
         timed_out=lambda waiting: (
-            f"the rollout of {name} did not finish within {int(timeout)}s: " + (waiting or "no progress was reported")
+            f"the rollout of {name} did not finish within {int(wait.timeout)}s: "
+            + (waiting or "no progress was reported")
         ),
         unreachable=lambda error: (
-            f"lost the Kubernetes API for {int(unreachable_limit)}s while watching the "
+            f"lost the Kubernetes API for {int(wait.unreachable_limit)}s while watching the "
             f"rollout: {error}. The rollout may still finish; check `deployctl status {name}`"
         ),
-        progress=progress,
-        unreachable_limit=unreachable_limit,
-        abort=abort,
     )
 
 

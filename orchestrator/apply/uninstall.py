@@ -24,7 +24,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from orchestrator import conventions, errors
-from orchestrator.apply import applyset, lock, pods_gone
+from orchestrator.apply import applyset, lock, pods_gone, watching
 from orchestrator.apply.outcome import Failure, Outcome, Timings
 from orchestrator.kube import Kube, connect, kinds
 from orchestrator.kube import client as kube_client
@@ -415,14 +415,9 @@ def _wait(
     kube: Kube, request: Request, deadline: float, report: Reporter, timings: Timings, held: lock.ReleaseLock
 ) -> list[str]:
     with timings.phase("wait"):
-        return pods_gone.wait(
-            kube,
-            request.namespace,
-            request.name,
-            timeout=max(0.0, deadline - time.monotonic()),
-            progress=lambda m: report("wait", m),
-            abort=held.lost_reason,
-        )
+        left = max(0.0, deadline - time.monotonic())
+        wait_for = watching.Wait(left, lambda m: report("wait", m), held.lost_reason)
+        return pods_gone.wait(kube, request.namespace, request.name, wait_for)
 
 
 # --- endings --------------------------------------------------------------------------------------

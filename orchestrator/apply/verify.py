@@ -300,13 +300,10 @@ def _watch(
     kube: Kube, name: str, namespace: str, spec: GateSpec, progress: Callable[[str], None], abort: Abort
 ) -> watching.RolloutResult:
     """Watch the rollout: the copies' groups when they span nodes, else the Deployment."""
+    wait = watching.Wait(spec.rollout_timeout, progress, abort)
     if spec.group is not None:
-        return group_rollout.watch_groups(
-            kube, namespace, name, spec.group, timeout=spec.rollout_timeout, progress=progress, abort=abort
-        )
-    return rollout.watch_rollout(
-        kube, namespace, name, timeout=spec.rollout_timeout, progress=progress, abort=abort, engine=spec.engine
-    )
+        return group_rollout.watch_groups(kube, namespace, name, spec.group, wait)
+    return rollout.watch_rollout(kube, namespace, name, wait, engine=spec.engine)
 
 
 def _could_not_measure(message: str, observed: tuple[startup_log.Observation, ...] = ()) -> Judgement:

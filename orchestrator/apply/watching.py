@@ -91,6 +91,17 @@ class Judge(Protocol[_JudgedState]):
 
 
 @dataclasses.dataclass(frozen=True)
+class Wait:
+    """How long a watch may wait, whom it tells how it goes, and what may stop it early."""
+
+    timeout: float
+    progress: Callable[[str], None] = lambda _msg: None
+    # Asked about once a second; a reason it returns (the release lock was lost) ends the watch.
+    abort: Callable[[], str | None] = lambda: None
+    unreachable_limit: float = 60.0  # seconds without the API before the watch gives up
+
+
+@dataclasses.dataclass(frozen=True)
 class Watched:
     """One kind a watch loop follows, narrowed by label or field selector."""
 
@@ -153,20 +164,17 @@ def follow(
     state: StateT,
     update: Callable[[StateT, str, str, Mapping[str, object]], None],
     judge: Judge[StateT],
+    wait: Wait,
     *,
-    timeout: float,
     timed_out: Callable[[str], str],
     unreachable: Callable[[str], str],
-    progress: Callable[[str], None],
-    unreachable_limit: float,
-    abort: Callable[[], str | None],
 ) -> RolloutResult:
     """The loop every rollout watch runs: one Watcher thread per kind feeds ``update``; after each
     burst of events, and once a second for the time-based rules, ``judge`` is asked for a verdict.
 
-    It ends with the judge's verdict, or with class ``timeout`` after ``timeout`` seconds,
-    ``api_unreachable`` after ``unreachable_limit`` seconds without the API, or ``lock_lost``
-    when ``abort`` gives a reason. The messages of the first two are ``timed_out`` (given what
+    It ends with the judge's verdict, or with class ``timeout`` after ``wait.timeout`` seconds,
+    ``api_unreachable`` after ``wait.unreachable_limit`` seconds without the API, or ``lock_lost``
+    when ``wait.abort`` gives a reason. The messages of the first two are ``timed_out`` (given what
     is still awaited) and ``unreachable`` (given the last transport error).
     """
     start = time.monotonic()
@@ -177,7 +185,7 @@ def follow(
     last_progress = ""
     try:
         while True:
-            if time.monotonic() - start > timeout:
+            if time.monotonic() - start > wait.timeout:
                 return judge.result(state, Failure("timeout", timed_out(judge.describe(state))))
             try:
                 update(state, *events.get(timeout=1.0))
@@ -185,16 +193,19 @@ def follow(
                     update(state, *events.get_nowait())
             except queue.Empty:
                 pass
-            if state.disconnected_since is not None and time.monotonic() - state.disconnected_since > unreachable_limit:
+            if (
+                state.disconnected_since is not None
+                and time.monotonic() - state.disconnected_since > wait.unreachable_limit
+            ):
                 return judge.result(state, Failure("api_unreachable", unreachable(state.last_error)))
-            if (reason := abort()) is not None:
+            if (reason := wait.abort()) is not None:
                 return judge.result(state, Failure("lock_lost", reason))
             verdict = judge.evaluate(state)
             if verdict is not None:
                 return verdict
             message = judge.describe(state)
             if message and message != last_progress:
-                progress(message)
+                wait.progress(message)
                 last_progress = message
     finally:
         stop.set()

@@ -38,6 +38,7 @@ READ_TIMEOUT = 30.0
 # bounded while, so a moment's backpressure is not a failed deploy.
 THROTTLED_RETRY_SECONDS = 30.0
 _AUTHORIZATION = "authorization.k8s.io/v1"
+_JSON = "application/json"
 
 
 # Query parameters of a request, as the client serializes them.
@@ -265,7 +266,7 @@ class Kube:
             kinds.ref_of(kind).path(namespace, name),
             query=query,
             body=json.dumps(obj),
-            content_type="application/apply-patch+yaml",
+            content="application/apply-patch+yaml",
             what=f"apply {kind} {name}",
         )
 
@@ -301,7 +302,7 @@ class Kube:
             kinds.ref_of(kind).path(namespace, name, subresource),
             query=[("fieldManager", FIELD_MANAGER)],
             body=patch,
-            content_type="application/merge-patch+json",
+            content="application/merge-patch+json",
             what=f"patch {kind} {name}" + (f"/{subresource}" if subresource else ""),
         )
 
@@ -310,13 +311,13 @@ class Kube:
         method: str,
         path: str,
         *,
-        query: Query | None = None,
-        body: object = None,
-        content_type: str = "application/json",
         what: str,
+        body: object = None,
+        query: Query | None = None,
+        content: str = _JSON,
     ) -> dict[str, Any]:
         """A request whose answer is one object (or a list of them) as the API server sent it."""
-        answer: dict[str, Any] = self._call(method, path, query=query, body=body, content_type=content_type, what=what)
+        answer: dict[str, Any] = self._call(method, path, query=query, body=body, content_type=content, what=what)
         return answer
 
     def delete(self, kind: str, name: str, namespace: str | None = None, *, precondition_rv: str | None = None) -> bool:

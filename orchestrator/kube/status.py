@@ -174,16 +174,10 @@ class Deployment:
     @classmethod
     def from_object(cls, obj: Object) -> Deployment:
         status = mapping(obj.get("status"))
-        return cls(
-            meta=Meta.from_object(obj),
-            wanted=number(mapping(obj.get("spec")).get("replicas"), 1),
-            observed_generation=number(status.get("observedGeneration")),
-            replicas=number(status.get("replicas")),
-            ready=number(status.get("readyReplicas")),
-            updated=number(status.get("updatedReplicas")),
-            available=number(status.get("availableReplicas")),
-            conditions=conditions_of(status),
-        )
+        keys = ("observedGeneration", "replicas", "readyReplicas", "updatedReplicas", "availableReplicas")
+        observed, replicas, ready, updated, available = (number(status.get(key)) for key in keys)
+        wanted = number(mapping(obj.get("spec")).get("replicas"), 1)
+        return cls(Meta.from_object(obj), wanted, observed, replicas, ready, updated, available, conditions_of(status))
 
     @property
     def revision(self) -> str:
