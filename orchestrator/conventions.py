@@ -45,19 +45,6 @@ LEADER_ROLE, WORKER_ROLE = "leader", "worker"
 GROUP_KINDS = ("RayCluster", "LeaderWorkerSet")
 # The Prometheus Operator's scrape object (profile monitoring.podMonitor); its CRD is optional too.
 POD_MONITOR_KIND = "PodMonitor"
-# Every kind the renderer emits for a release, with its apiVersion: the one list of what deployctl
-# may write for a release (orchestrator.apply.confine), prune and delete (applyset). A test holds it
-# equal to what the templates render.
-RELEASE_KINDS: dict[str, str] = {
-    "Deployment": "apps/v1",
-    "Service": "v1",
-    "ServiceAccount": "v1",
-    "PodDisruptionBudget": "policy/v1",
-    "NetworkPolicy": "networking.k8s.io/v1",
-    "RayCluster": "ray.io/v1",
-    "LeaderWorkerSet": "leaderworkerset.x-k8s.io/v1",
-    POD_MONITOR_KIND: "monitoring.coreos.com/v1",
-}
 # What the Prometheus Operator's CRDs accept as a duration (monitoring.coreos.com/v1 Duration):
 # units from y to ms, largest first. The profile checks it and the chart's schema carries it.
 PROMETHEUS_DURATION = r"^(0|(([0-9]+)y)?(([0-9]+)w)?(([0-9]+)d)?(([0-9]+)h)?(([0-9]+)m)?(([0-9]+)s)?(([0-9]+)ms)?)$"

@@ -18,6 +18,7 @@ from test_releases import NOW, FakeKube
 from orchestrator import conventions, errors
 from orchestrator.apply import applyset, confine, pipeline, sequence, verify
 from orchestrator.apply.outcome import Failure, Timings
+from orchestrator.kube import kinds
 from orchestrator.plan import planner
 from orchestrator.profile import model as profile
 from orchestrator.records import releases, writer
@@ -36,7 +37,7 @@ PROFILES = [
 def ours(kind: str = "Deployment", name: str = RELEASE, **meta: Any) -> dict[str, Any]:
     """An object as deployctl renders it for the release."""
     metadata = {"name": name, "namespace": NS, "labels": {conventions.RELEASE_LABEL: RELEASE}, **meta}
-    return {"apiVersion": conventions.RELEASE_KINDS[kind], "kind": kind, "metadata": metadata}
+    return {"apiVersion": kinds.api_version(kind), "kind": kind, "metadata": metadata}
 
 
 class ApplyingKube(FakeKube):
@@ -68,7 +69,7 @@ class ApplyingKube(FakeKube):
 
 
 def test_the_release_kinds_are_exactly_what_the_templates_render_with_their_api_versions() -> None:
-    # One list (conventions.RELEASE_KINDS) for confinement, prune and delete: a template that
+    # One list (kube.kinds.RELEASE_KINDS) for confinement, prune and delete: a template that
     # renders a new kind must add it there, or every restore of it would be refused as tampering.
     templates = ROOT / "orchestrator" / "manifests"
     found = {}
@@ -82,8 +83,8 @@ def test_the_release_kinds_are_exactly_what_the_templates_render_with_their_api_
             strict=True,
         ):
             found[kind] = api_version
-    assert found == conventions.RELEASE_KINDS
-    assert tuple(conventions.RELEASE_KINDS) == applyset.MANAGED_KINDS
+    assert found == {kind: kinds.api_version(kind) for kind in kinds.RELEASE_KINDS}
+    assert kinds.RELEASE_KINDS == applyset.MANAGED_KINDS
 
 
 @pytest.mark.parametrize("path", PROFILES, ids=lambda p: p.name)
@@ -95,11 +96,11 @@ def test_every_rendered_profile_is_inside_its_release(path: pathlib.Path) -> Non
 
 
 def test_the_example_profiles_render_every_release_kind() -> None:
-    kinds = set()
+    rendered = set()
     for path in PROFILES:
         prof = profile.load(path)
-        kinds |= {o["kind"] for o in render.render(prof, planner.plan(prof))}
-    assert kinds == set(conventions.RELEASE_KINDS)
+        rendered |= {o["kind"] for o in render.render(prof, planner.plan(prof))}
+    assert rendered == set(kinds.RELEASE_KINDS)
 
 
 # --- what a record may not make deployctl write ----------------------------------------------------
@@ -142,7 +143,7 @@ def test_an_object_outside_the_release_is_refused_as_tampering_exit_9(obj: Any, 
 
 
 def test_the_release_own_objects_pass() -> None:
-    confine.check(RELEASE, NS, [ours(k) for k in conventions.RELEASE_KINDS], "the rendered profile")
+    confine.check(RELEASE, NS, [ours(k) for k in kinds.RELEASE_KINDS], "the rendered profile")
 
 
 def test_stored_manifests_that_are_not_yaml_objects_are_tampering_not_a_traceback() -> None:

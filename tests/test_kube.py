@@ -22,7 +22,7 @@ from kubernetes.stream import ws_client
 from websocket import _http as websocket_http
 
 from orchestrator import errors
-from orchestrator.kube import client, portforward
+from orchestrator.kube import client, kinds, portforward
 
 DEAD_PROXY = "http://127.0.0.1:9"
 
@@ -164,7 +164,7 @@ def test_other_tunnel_failures_are_left_to_the_health_gate(
 def test_a_listed_rule_grants_what_rbac_would_grant(
     rule: dict[str, Any], wanted: tuple[str, ...], granted: bool
 ) -> None:
-    assert client._rule_grants(rule, *wanted) is granted
+    assert kinds.rule_grants(rule, *wanted) is granted
 
 
 class _ThrottlingServer(http.server.ThreadingHTTPServer):

@@ -19,7 +19,7 @@ import test_releases as tr
 from click.testing import CliRunner
 
 from orchestrator import errors
-from orchestrator.apply import outcome, pipeline, uninstall
+from orchestrator.apply import outcome, pipeline, pods_gone, uninstall
 from orchestrator.cli import app as cli
 from orchestrator.errors import ExitCode
 from orchestrator.records import audit, encoding, purge, releases, revisions, writer
@@ -282,7 +282,7 @@ def test_pods_being_waited_for_are_named_with_their_state_four_at_most() -> None
         *({"metadata": {"name": f"z{i}"}, "status": {"phase": "Running"}} for i in range(3)),
     ]
 
-    text = uninstall.describe_pods(pods, now)
+    text = pods_gone.describe_pods(pods, now)
 
     assert text == (
         "waiting for 6 pods to terminate: a (terminating 12s), b (Running), c (Pending), z0 (Running), and 2 more"

@@ -9,10 +9,13 @@ from __future__ import annotations
 import concurrent.futures
 import contextlib
 import copy
+from collections.abc import Sequence
 from typing import Any
 
 from orchestrator import conventions, errors
-from orchestrator.kube import Kube
+from orchestrator.kube import Kube, kinds
+from orchestrator.kube import status as kube_status
+from orchestrator.kube.status import Object
 
 RELEASE_LABEL = conventions.RELEASE_LABEL
 # Metadata the API server writes: never part of what a release is, so never stored or compared.
@@ -27,51 +30,26 @@ SERVER_METADATA = (
 SERVER_ANNOTATIONS = ("deployment.kubernetes.io/revision", "kubectl.kubernetes.io/last-applied-configuration")
 GROUP_KINDS = conventions.GROUP_KINDS
 POD_MONITOR = conventions.POD_MONITOR_KIND
-# Kinds whose CRD a cluster may lack: a release that never rendered one has none to prune or list.
-OPTIONAL_KINDS = (*GROUP_KINDS, POD_MONITOR)
-MANAGED_KINDS = tuple(conventions.RELEASE_KINDS)
-# The order render gives them: the NetworkPolicy before the first pod, the ServiceAccount before the pods.
-APPLY_ORDER = (
-    "ServiceAccount", "NetworkPolicy", "Service", "PodDisruptionBudget", "Deployment", *GROUP_KINDS, POD_MONITOR
-)  # fmt: skip
+OPTIONAL_KINDS = kinds.OPTIONAL_KINDS
+MANAGED_KINDS = kinds.RELEASE_KINDS
+APPLY_ORDER = kinds.APPLY_ORDER
 # What a release's group objects (and its PodMonitor) need beyond REQUIRED_ACCESS, by kind: asked only
 # of a profile that renders them, so a single-node release never needs KubeRay's or LWS's permissions.
-GROUP_ACCESS: dict[str, list[tuple[str, str, str, str]]] = {
-    "RayCluster": [(verb, "ray.io", "rayclusters", "") for verb in ("get", "list", "watch", "patch", "delete")],
-    "LeaderWorkerSet": [
-        (verb, "leaderworkerset.x-k8s.io", "leaderworkersets", "")
-        for verb in ("get", "list", "watch", "patch", "delete")
-    ],
-    POD_MONITOR: [(verb, "monitoring.coreos.com", "podmonitors", "") for verb in ("get", "list", "patch", "delete")],
+GROUP_ACCESS: dict[str, list[kinds.Access]] = {
+    **{kind: kinds.access([kind], ("get", "list", "watch", "patch", "delete")) for kind in GROUP_KINDS},
+    POD_MONITOR: kinds.access([POD_MONITOR], ("get", "list", "patch", "delete")),
 }
 
 # What apply, gate and rollback do in the release's namespace: (verb, group, resource, subresource).
 # Checked before the first write, so a Role missing one verb fails fast, names it, and changes nothing.
-REQUIRED_ACCESS: list[tuple[str, str, str, str]] = [
-    *[
-        (verb, group, resource, "")
-        for group, resource in (
-            ("apps", "deployments"),
-            ("", "services"),
-            ("", "serviceaccounts"),
-            ("policy", "poddisruptionbudgets"),
-            ("networking.k8s.io", "networkpolicies"),
-        )
-        for verb in ("get", "list", "watch", "patch", "delete")
-    ],
-    ("create", "", "configmaps", ""),
-    ("list", "", "configmaps", ""),
-    ("get", "coordination.k8s.io", "leases", ""),
-    ("create", "coordination.k8s.io", "leases", ""),
-    ("update", "coordination.k8s.io", "leases", ""),
-    ("list", "apps", "replicasets", ""),
-    ("watch", "apps", "replicasets", ""),
-    ("list", "", "pods", ""),
-    ("watch", "", "pods", ""),
-    ("get", "", "pods", "log"),
-    ("create", "", "pods", "portforward"),
-    ("list", "", "events", ""),
-    ("watch", "", "events", ""),
+REQUIRED_ACCESS: list[kinds.Access] = [
+    *kinds.access(kinds.CORE_KINDS, ("get", "list", "watch", "patch", "delete")),
+    *kinds.access(["ConfigMap"], ("create", "list")),
+    *kinds.access(["Lease"], ("get", "create", "update")),
+    *kinds.access(["ReplicaSet", "Pod"], ("list", "watch")),
+    *kinds.access(["Pod"], ("get",), "log"),
+    *kinds.access(["Pod"], ("create",), "portforward"),
+    *kinds.access(["Event"], ("list", "watch")),
 ]
 
 
@@ -89,7 +67,7 @@ def check_access(kube: Kube, namespace: str, group_kind: str | None = None, *, p
         )
 
 
-def missing_access(kube: Kube, namespace: str, required: list[tuple[str, str, str, str]]) -> list[str]:
+def missing_access(kube: Kube, namespace: str, required: list[kinds.Access]) -> list[str]:
     """Which of ``required`` (verb, group, resource, subresource) the identity may not do in
     ``namespace``, as "verb resource[/sub] (group)"; empty when it may do them all."""
     # One rules review shows most or all of them granted in one round trip (Node and RBAC
@@ -117,9 +95,7 @@ def ensure_namespace(kube: Kube, namespace: str, create: bool) -> None:
         kube.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
 
 
-def apply(
-    kube: Kube, name: str, namespace: str, objects: list[dict[str, Any]], *, keep_old_copies: bool = False
-) -> None:
+def apply(kube: Kube, name: str, namespace: str, objects: Sequence[Object], *, keep_old_copies: bool = False) -> None:
     """Server-side apply every object, then prune this release's objects the new set no longer has.
 
     ``keep_old_copies`` leaves the old group objects (RayClusters) running beside the new ones: a
@@ -131,11 +107,25 @@ def apply(
 
 
 def prune(
-    kube: Kube, name: str, namespace: str, objects: list[dict[str, Any]], *, kinds: tuple[str, ...] = MANAGED_KINDS
+    kube: Kube, name: str, namespace: str, objects: Sequence[Object], *, kinds: tuple[str, ...] = MANAGED_KINDS
 ) -> None:
     """Delete this release's objects of ``kinds`` that ``objects`` does not hold."""
-    keep = {(o["kind"], o["metadata"]["name"]) for o in objects}
-    for kind in kinds:
+    _delete_except(kube, name, namespace, kinds, {_key(o) for o in objects})
+
+
+def _key(obj: Object) -> tuple[str, str]:
+    """(kind, name): how a release's objects are told apart."""
+    return kube_status.text(obj.get("kind")), kube_status.name_of(obj)
+
+
+def _delete_except(
+    kube: Kube,
+    name: str,
+    namespace: str,
+    of_kinds: tuple[str, ...],
+    keep: set[tuple[str, str]] | frozenset[tuple[str, str]],
+) -> None:
+    for kind in of_kinds:
         for item in release_objects(kube, kind, name, namespace):
             if (kind, item["metadata"]["name"]) not in keep:
                 kube.delete(kind, item["metadata"]["name"], namespace)
@@ -159,55 +149,59 @@ def release_objects(kube: Kube, kind: str, name: str, namespace: str) -> list[di
 def remove(kube: Kube, name: str, namespace: str, *, keep: frozenset[tuple[str, str]] = frozenset()) -> None:
     """Delete every object of the release but the (kind, name) pairs in ``keep`` (a failed first
     install leaves nothing behind that it created, and removes nothing that was there before it)."""
-    for kind in MANAGED_KINDS:
-        for item in release_objects(kube, kind, name, namespace):
-            if (kind, item["metadata"]["name"]) not in keep:
-                kube.delete(kind, item["metadata"]["name"], namespace)
+    _delete_except(kube, name, namespace, MANAGED_KINDS, keep)
 
 
-def pod_template_changes(kube: Kube, rendered: dict[str, Any], live: dict[str, Any]) -> bool:
+def pod_template_changes(kube: Kube, rendered: Object, live: Object) -> bool:
     """Whether applying ``rendered`` (a Deployment) would replace pods: a server-side dry-run fills
     in the same defaults as the live object, so the two pod templates compare exactly."""
     try:
         would_be = kube.apply(rendered, dry_run=True)
     except errors.ClusterError:
         return True  # cannot tell: assume the rollout happens, which is the careful answer
-    return bool(would_be.get("spec", {}).get("template") != live.get("spec", {}).get("template"))
+    return _template(would_be) != _template(live)
 
 
-def clean(obj: dict[str, Any]) -> dict[str, Any]:
+def _template(obj: Object) -> object:
+    return kube_status.mapping(obj.get("spec")).get("template")
+
+
+def clean(obj: Object) -> dict[str, object]:
     """``obj`` without status and what the API server wrote into its metadata: what was applied."""
-    obj = copy.deepcopy(obj)
-    obj.pop("status", None)
-    meta = obj.get("metadata") or {}
+    cleaned = copy.deepcopy(dict(obj))
+    cleaned.pop("status", None)
+    meta = cleaned.get("metadata")
+    if not isinstance(meta, dict):
+        return cleaned
     for key in SERVER_METADATA:
         meta.pop(key, None)
-    annotations = meta.get("annotations") or {}
-    for key in SERVER_ANNOTATIONS:
-        annotations.pop(key, None)
+    annotations = meta.get("annotations")
+    if isinstance(annotations, dict):
+        for key in SERVER_ANNOTATIONS:
+            annotations.pop(key, None)
     if not annotations:
         meta.pop("annotations", None)
-    return obj
+    return cleaned
 
 
-def live_objects(kube: Kube, name: str, namespace: str) -> list[dict[str, Any]]:
+def live_objects(kube: Kube, name: str, namespace: str) -> list[dict[str, object]]:
     """The release's objects as they are in the cluster now (what a GitOps tool applied), cleaned,
     in the order deployctl applies them, so that stored bytes can be re-applied by a rollback."""
-    found: list[dict[str, Any]] = []
+    found: list[dict[str, object]] = []
     for kind in APPLY_ORDER:
         items = release_objects(kube, kind, name, namespace)
         found += [clean(item) for item in sorted(items, key=lambda o: o["metadata"]["name"])]
     return found
 
 
-def planned_changes(kube: Kube, name: str, namespace: str, objects: list[dict[str, Any]]) -> list[dict[str, str]]:
+def planned_changes(kube: Kube, name: str, namespace: str, objects: Sequence[Object]) -> list[dict[str, str]]:
     """What applying ``objects`` would do, object by object, found by a server-side dry-run: each
     entry is {"object": "Kind/name", "action": "create" | "update" | "unchanged" | "delete"}.
     Nothing is written."""
     namespace_exists = kube.get("Namespace", namespace) is not None
     changes: list[dict[str, str]] = []
     for obj in objects:
-        kind, obj_name = obj["kind"], obj["metadata"]["name"]
+        kind, obj_name = _key(obj)
         live = kube.get(kind, obj_name, namespace) if namespace_exists else None
         if live is None:
             action = "create"
@@ -215,7 +209,7 @@ def planned_changes(kube: Kube, name: str, namespace: str, objects: list[dict[st
             after = kube.apply(obj, dry_run=True)
             action = "unchanged" if clean(after) == clean(live) else "update"
         changes.append({"object": f"{kind}/{obj_name}", "action": action})
-    keep = {(o["kind"], o["metadata"]["name"]) for o in objects}
+    keep = {_key(o) for o in objects}
     for kind in MANAGED_KINDS if namespace_exists else ():
         items = release_objects(kube, kind, name, namespace)
         changes += [

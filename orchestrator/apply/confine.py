@@ -3,7 +3,7 @@
 Two checks, both before the first write of an apply, a rollback or an automatic rollback:
 
 - ``check``: every object is one of the kinds the renderer emits for a release
-  (``conventions.RELEASE_KINDS``, with their apiVersions), in the release's namespace and labelled
+  (``kube.kinds.RELEASE_KINDS``, with their apiVersions), in the release's namespace and labelled
   for the release. A stored record's manifests are only bytes in a ConfigMap that a namespace
   editor can write, so a restore must not apply a ClusterRoleBinding or a Deployment in
   ``kube-system`` because a record holds one. A violation is tampering (``OutsideRelease``, exit 9).
@@ -24,12 +24,14 @@ from typing import Any
 import yaml
 
 from orchestrator import conventions, errors
+from orchestrator.kube import kinds
+from orchestrator.kube import status as kube_status
 
-Get = Callable[[str, str, str], Mapping[str, Any] | None]  # (kind, name, namespace) -> object or None
+Get = Callable[[str, str, str], Mapping[str, object] | None]  # (kind, name, namespace) -> object or None
 _SHOWN = 5  # objects named in one message; the rest are counted
 
 
-def problems(release: str, namespace: str, objects: Sequence[Mapping[str, Any]]) -> list[str]:
+def problems(release: str, namespace: str, objects: Sequence[Mapping[str, object]]) -> list[str]:
     """Why each object that falls outside the release does, one clause per object; empty when none does."""
     found = []
     for index, obj in enumerate(objects):
@@ -41,10 +43,10 @@ def problems(release: str, namespace: str, objects: Sequence[Mapping[str, Any]])
         what = f"{kind}/{meta.get('name')}" + (f" in namespace {meta['namespace']}" if meta.get("namespace") else "")
         labels = meta.get("labels")
         label = labels.get(conventions.RELEASE_LABEL) if isinstance(labels, Mapping) else None
-        if not isinstance(kind, str) or kind not in conventions.RELEASE_KINDS:
+        if not isinstance(kind, str) or kind not in kinds.RELEASE_KINDS:
             found.append(f"{what} is not a kind deployctl renders for a release")
-        elif api_version != conventions.RELEASE_KINDS[kind]:
-            found.append(f"{what} has apiVersion {api_version}, not {conventions.RELEASE_KINDS[kind]}")
+        elif api_version != kinds.api_version(kind):
+            found.append(f"{what} has apiVersion {api_version}, not {kinds.api_version(kind)}")
         elif meta.get("namespace") != namespace:
             found.append(f"{what} is outside the release's namespace {namespace}")
         elif label != release:
@@ -54,7 +56,7 @@ def problems(release: str, namespace: str, objects: Sequence[Mapping[str, Any]])
     return found
 
 
-def check(release: str, namespace: str, objects: Sequence[Mapping[str, Any]], source: str) -> None:
+def check(release: str, namespace: str, objects: Sequence[Mapping[str, object]], source: str) -> None:
     """Refuse (``OutsideRelease``, exit 9) objects that are not the release's own; ``source`` says
     where they came from ("revision 3's stored manifests", "the rendered profile")."""
     found = problems(release, namespace, objects)
@@ -105,18 +107,16 @@ class Existing:
         return self.ref + (f" (applied by {', '.join(self.managers)})" if self.managers else "")
 
 
-def survey(namespace: str, objects: Sequence[Mapping[str, Any]], get: Get) -> list[Existing]:
+def survey(namespace: str, objects: Sequence[Mapping[str, object]], get: Get) -> list[Existing]:
     """The objects of ``objects`` that already exist in ``namespace``, whoever they belong to."""
     found = []
     for obj in objects:
-        kind, name = obj["kind"], obj["metadata"]["name"]
+        kind, name = kube_status.text(obj.get("kind")), kube_status.name_of(obj)
         live = get(kind, name, namespace)
         if live is None:
             continue
-        meta = live.get("metadata") or {}
-        label = (meta.get("labels") or {}).get(conventions.RELEASE_LABEL)
-        managers = tuple(sorted({str(e.get("manager", "?")) for e in meta.get("managedFields") or []}))
-        found.append(Existing(kind, name, label if isinstance(label, str) else None, managers))
+        meta = kube_status.Meta.from_object(live)
+        found.append(Existing(kind, name, meta.labels.get(conventions.RELEASE_LABEL), meta.managers))
     return found
 
 
@@ -143,7 +143,7 @@ def refuse_takeover(release: str, namespace: str, found: Sequence[Existing], *, 
 
 
 def before_writing(
-    release: str, namespace: str, objects: Sequence[Mapping[str, Any]], get: Get, source: str, adopt: bool
+    release: str, namespace: str, objects: Sequence[Mapping[str, object]], get: Get, source: str, adopt: bool
 ) -> tuple[list[Existing], list[Existing]]:
     """Both checks before the first write of ``objects``: what exists already under their names,
     and what of it is adopted (empty unless ``adopt``)."""

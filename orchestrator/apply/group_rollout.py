@@ -11,21 +11,13 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Callable
-from typing import Any
 
 from orchestrator import conventions, errors
-from orchestrator.apply.rollout import (
-    Failure,
-    PodJudge,
-    RolloutResult,
-    Watched,
-    WatchedState,
-    follow,
-    pod_phase,
-    store_event,
-)
+from orchestrator.apply import rollout, watching
+from orchestrator.apply.watching import Failure, RolloutResult
 from orchestrator.kube import Kube
+from orchestrator.kube import status as kube_status
+from orchestrator.kube.status import Object
 
 # A group object without any pod after this long: nobody reconciles it (KubeRay not running).
 ENGINE_STALL_SECONDS = 30.0
@@ -33,9 +25,9 @@ _SYNCED = frozenset({"RayCluster", "Pod"})
 
 
 @dataclasses.dataclass
-class _State(WatchedState):
-    groups: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)
-    pods: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)
+class _State(watching.WatchedState):
+    groups: dict[str, Object] = dataclasses.field(default_factory=dict)
+    pods: dict[str, Object] = dataclasses.field(default_factory=dict)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -52,63 +44,48 @@ def watch_groups(
     namespace: str,
     name: str,
     watch: GroupWatch,
-    *,
-    timeout: float,
-    progress: Callable[[str], None] = lambda _msg: None,
-    abort: Callable[[], str | None] = lambda: None,
-    unreachable_limit: float = 60.0,
+    wait: watching.Wait,
 ) -> RolloutResult:
     """Wait until every copy in ``watch`` is ready, or explain why one cannot be.
 
     ``new_pods`` of the result are the copies' leaders (the pods that serve), for the health gate.
     """
     selector = f"{conventions.RELEASE_LABEL}={name}"
-    return follow(
+    return watching.follow(
         kube,
         namespace,
-        [Watched("RayCluster", labels=selector), Watched("Pod", labels=selector)],
+        [watching.Watched("RayCluster", labels=selector), watching.Watched("Pod", labels=selector)],
         _State(),
         _update,
         _GroupJudge(kube, namespace, watch, time.monotonic()),
-        timeout=timeout,
-        timed_out=lambda waiting: f"the copies of {name} were not ready within {int(timeout)}s: {waiting}",
+        wait,
+        timed_out=lambda waiting: f"the copies of {name} were not ready within {int(wait.timeout)}s: {waiting}",
         unreachable=lambda error: (
-            f"lost the Kubernetes API for {int(unreachable_limit)}s while watching the copies "
+            f"lost the Kubernetes API for {int(wait.unreachable_limit)}s while watching the copies "
             f"of {name}: {error}. They may still come up; check `deployctl status {name}`"
         ),
-        progress=progress,
-        unreachable_limit=unreachable_limit,
-        abort=abort,
     )
 
 
-def _update(state: _State, kind: str, etype: str, obj: dict[str, Any]) -> None:
+def _update(state: _State, kind: str, etype: str, obj: Object) -> None:
     if state.observe(kind, etype, obj):
-        store_event(state.groups if kind == "RayCluster" else state.pods, etype, obj)
+        watching.store_event(state.groups if kind == "RayCluster" else state.pods, etype, obj)
 
 
 class _GroupJudge:
     def __init__(self, kube: Kube, namespace: str, watch: GroupWatch, start: float) -> None:
         self.watch, self.start = watch, start
-        self.pods = PodJudge(kube, namespace)
+        self.pods = rollout.PodJudge(kube, namespace)
 
-    def members(self, state: _State, copy: str) -> list[dict[str, Any]]:
+    def members(self, state: _State, copy: str) -> list[Object]:
+        live = [p for p in state.pods.values() if not kube_status.Meta.from_object(p).deleting]
         return sorted(
-            (
-                p
-                for p in state.pods.values()
-                if _labels(p).get(conventions.COPY_LABEL) == copy and not p["metadata"].get("deletionTimestamp")
-            ),
-            key=lambda p: (_labels(p).get(conventions.GROUP_ROLE_LABEL) != conventions.LEADER_ROLE, _name(p)),
+            (p for p in live if _labels(p).get(conventions.COPY_LABEL) == copy),
+            key=lambda p: (not _leads(p), _name(p)),
         )
 
     def leaders(self, state: _State) -> list[str]:
-        return [
-            _name(p)
-            for copy in self.watch.copies
-            for p in self.members(state, copy)
-            if _labels(p).get(conventions.GROUP_ROLE_LABEL) == conventions.LEADER_ROLE
-        ]
+        return [_name(p) for copy in self.watch.copies for p in self.members(state, copy) if _leads(p)]
 
     def result(self, state: _State, failure: Failure | None) -> RolloutResult:
         return RolloutResult(
@@ -145,12 +122,10 @@ class _GroupJudge:
                 return Failure(failure.cls, f"{role} of copy {copy}: {failure.message}")
         return self._incomplete(copy, members)
 
-    def _incomplete(self, copy: str, members: list[dict[str, Any]]) -> Failure | None:
+    def _incomplete(self, copy: str, members: list[Object]) -> Failure | None:
         """Workers that have not joined ``join_seconds`` after the copy's head started running."""
-        leader = (
-            members[0] if _labels(members[0]).get(conventions.GROUP_ROLE_LABEL) == conventions.LEADER_ROLE else None
-        )
-        if leader is None or (leader.get("status") or {}).get("phase") != "Running":
+        leader = members[0] if _leads(members[0]) else None
+        if leader is None or kube_status.Pod.from_object(leader).phase != "Running":
             return None
         workers = [p for p in members if p is not leader]
         waiting = [p for p in workers if not _ready(p)]
@@ -159,7 +134,7 @@ class _GroupJudge:
             return None
         if not self.pods.persisted(f"join:{copy}", self.watch.join_seconds):
             return None
-        named = [f"{_name(p)} ({pod_phase(p)})" for p in waiting]
+        named = [f"{_name(p)} ({rollout.pod_phase(p)})" for p in waiting]
         if missing > 0:
             named.append(f"{missing} worker pod(s) never created")
         return Failure(
@@ -175,8 +150,8 @@ class _GroupJudge:
         if len(members) < self.watch.size or not all(_ready(p) for p in members):
             return False
         # KubeRay's own count of workers whose Ray node is up (raylet ready): the engine says they joined.
-        status = (state.groups.get(copy) or {}).get("status") or {}
-        return int(status.get("readyWorkerReplicas", 0)) >= self.watch.size - 1
+        group = kube_status.RayCluster.from_object(state.groups.get(copy) or {})
+        return group.ready_workers >= self.watch.size - 1
 
     def describe(self, state: _State) -> str:
         lines = []
@@ -186,21 +161,20 @@ class _GroupJudge:
                 lines.append(f"{copy}: waiting for KubeRay to create its pods")
             for pod in members:
                 role = _labels(pod).get(conventions.GROUP_ROLE_LABEL, "member")
-                lines.append(f"{copy} {role} {_name(pod)}: {pod_phase(pod)}")
+                lines.append(f"{copy} {role} {_name(pod)}: {rollout.pod_phase(pod)}")
         return "\n".join(lines)
 
 
-def _ready(pod: dict[str, Any]) -> bool:
-    conditions = (pod.get("status") or {}).get("conditions") or []
-    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+def _ready(pod: Object) -> bool:
+    return kube_status.Pod.from_object(pod).ready
 
 
-def _labels(obj: dict[str, Any]) -> dict[str, str]:
-    return dict((obj.get("metadata") or {}).get("labels") or {})
+def _leads(pod: Object) -> bool:
+    return _labels(pod).get(conventions.GROUP_ROLE_LABEL) == conventions.LEADER_ROLE
 
 
-def _name(obj: dict[str, Any]) -> str:
-    return str(obj["metadata"]["name"])
+_labels = kube_status.labels_of
+_name = kube_status.name_of
 
 
 def wait_copies_gone(kube: Kube, namespace: str, name: str, keep: set[str], *, timeout: float) -> None:

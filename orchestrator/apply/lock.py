@@ -15,11 +15,11 @@ import socket
 import threading
 import time
 import uuid
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Mapping
 
 from orchestrator import errors
 from orchestrator.kube import Kube
+from orchestrator.kube import status as kube_status
 
 DEFAULT_TTL_SECONDS = 60
 
@@ -32,8 +32,8 @@ def _micro(t: dt.datetime) -> str:
     return t.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
-def _parse(text: str | None) -> dt.datetime | None:
-    if not text:
+def _parse(text: object) -> dt.datetime | None:
+    if not isinstance(text, str) or not text:
         return None
     try:
         return dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
@@ -66,7 +66,6 @@ class ReleaseLock:
         self._warn = warn
         self._stop = threading.Event()
         self._renewer: threading.Thread | None = None
-        self._lease: dict[str, Any] | None = None
         self.lost: str | None = None  # set when renewal found someone else holding the lease
         self._renewed_at = time.monotonic()
 
@@ -102,7 +101,7 @@ class ReleaseLock:
                 "spec": spec,
             }
             try:
-                self._lease = self._kube.create(body)
+                self._kube.create(body)
             except errors.Conflict:
                 current = self._kube.get("Lease", name, self.namespace)
                 if current is None:
@@ -116,13 +115,13 @@ class ReleaseLock:
         self._renewer = threading.Thread(target=self._renew_loop, name="lease-renew", daemon=True)
         self._renewer.start()
 
-    def _raise_if_held(self, lease: dict[str, Any]) -> None:
-        spec = lease.get("spec") or {}
+    def _raise_if_held(self, lease: Mapping[str, object]) -> None:
+        spec = kube_status.mapping(lease.get("spec"))
         holder = spec.get("holderIdentity")
         if not holder:
             return
         renewed = _parse(spec.get("renewTime")) or _parse(spec.get("acquireTime"))
-        duration = int(spec.get("leaseDurationSeconds") or DEFAULT_TTL_SECONDS)
+        duration = kube_status.number(spec.get("leaseDurationSeconds")) or DEFAULT_TTL_SECONDS
         if renewed is None or renewed + dt.timedelta(seconds=duration) <= _now():
             self._warn(
                 f"taking over the lock of release {self.release} from {holder}: it was not renewed for "
@@ -137,10 +136,10 @@ class ReleaseLock:
             f"the lock expires at {expires} and can then be taken over"
         )
 
-    def _take_over(self, lease: dict[str, Any], spec: dict[str, Any]) -> None:
-        lease = {**lease, "spec": {**(lease.get("spec") or {}), **spec}}
+    def _take_over(self, lease: Mapping[str, object], spec: Mapping[str, object]) -> None:
+        lease = {**lease, "spec": {**kube_status.mapping(lease.get("spec")), **spec}}
         try:
-            self._lease = self._kube.replace(lease)  # guarded by resourceVersion: one winner
+            self._kube.replace(lease)  # guarded by resourceVersion: one winner
         except errors.Conflict:
             raise errors.Locked(
                 f"release {self.release} was locked by another deployctl at the same moment; retry later"
@@ -162,7 +161,7 @@ class ReleaseLock:
             self._stop.set()
             return
         current["spec"]["renewTime"] = _micro(_now())
-        self._lease = self._kube.replace(current)
+        self._kube.replace(current)
         self._renewed_at = time.monotonic()
 
     def lost_reason(self) -> str | None:

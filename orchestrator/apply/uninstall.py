@@ -1,7 +1,7 @@
 """`deployctl uninstall`: delete a release's objects, record that, wait for its pods, optionally purge.
 
 Like ``helm uninstall --keep-history`` by default: the objects deployctl applied for the release
-(found by the ``deployctl.dev/release`` label, of the kinds it applies: ``applyset.MANAGED_KINDS``,
+(found by the ``deployctl.dev/release`` label, of the kinds it applies: ``kube.kinds.RELEASE_KINDS``,
 RayClusters and LeaderWorkerSets included) are deleted, and an ``uninstalled`` record is appended
 to the release's hash chain with who, when and what was deleted (the objects' bytes are its
 manifests). The history stays, so ``deployctl rollback`` can re-deploy a kept revision.
@@ -18,18 +18,17 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import datetime
-import queue
 import re
-import threading
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from orchestrator import conventions, errors
-from orchestrator.apply import applyset, lock, rollout
+from orchestrator.apply import applyset, lock, pods_gone, watching
 from orchestrator.apply.outcome import Failure, Outcome, Timings
-from orchestrator.kube import Kube, connect
+from orchestrator.kube import Kube, connect, kinds
 from orchestrator.kube import client as kube_client
+from orchestrator.kube import status as kube_status
 from orchestrator.records import purge, releases, revisions, signing, writer
 from orchestrator.records import trust as record_trust
 from orchestrator.render import manifests as render
@@ -38,9 +37,8 @@ Reporter = Callable[[str, str], None]
 
 # Workloads first, so pods stop before their Service and NetworkPolicy go (no traffic reaches a
 # pod that lost its isolation); the ServiceAccount last, as apply creates it first.
-DELETE_ORDER = tuple(reversed(applyset.APPLY_ORDER))
+DELETE_ORDER = tuple(reversed(kinds.APPLY_ORDER))
 _NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
-PROGRESS_EVERY_SECONDS = 5.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -85,22 +83,21 @@ def check_request(request: Request) -> None:
 # --- what belongs to the release ------------------------------------------------------------------
 
 
-def applied_by_others(objects: Sequence[dict[str, Any]]) -> list[str]:
+def applied_by_others(objects: Sequence[kube_status.Object]) -> list[str]:
     """``Kind/name (managers)`` of each object no ``deployctl`` field manager ever wrote: another
     tool applies it. An object without managedFields (a server that strips them) is not judged."""
     found = []
     for obj in objects:
-        entries = obj.get("metadata", {}).get("managedFields") or []
-        managers = sorted({str(e.get("manager", "?")) for e in entries})
+        managers = kube_status.Meta.from_object(obj).managers
         if managers and kube_client.FIELD_MANAGER not in managers:
-            found.append(f"{obj['kind']}/{obj['metadata']['name']} ({', '.join(managers)})")
+            found.append(f"{_ref(obj)} ({', '.join(managers)})")
     return found
 
 
 def rendered_optional_kinds(history: Sequence[releases.Record]) -> set[str]:
     """The kinds whose CRD a cluster may lack (RayCluster, LeaderWorkerSet, PodMonitor) that any
     revision of the release applied: those it must be allowed to list and delete."""
-    return {kind for kind in applyset.OPTIONAL_KINDS for r in history if f"\nkind: {kind}\n" in f"\n{_text(r)}"}
+    return {kind for kind in kinds.OPTIONAL_KINDS for r in history if f"\nkind: {kind}\n" in f"\n{_text(r)}"}
 
 
 def _text(record: releases.Record) -> str:
@@ -109,25 +106,25 @@ def _text(record: releases.Record) -> str:
 
 def release_objects(kube: releases.Cluster, name: str, namespace: str, used: set[str]) -> list[dict[str, Any]]:
     """The release's objects of every kind deployctl applies, in delete order. An optional kind
-    (``applyset.OPTIONAL_KINDS``) whose CRD is missing has none; one this identity may not list is
+    (``kube.kinds.OPTIONAL_KINDS``) whose CRD is missing has none; one this identity may not list is
     an error when the release ``used`` it, since its objects would be left behind unseen."""
     found: list[dict[str, Any]] = []
     for kind in DELETE_ORDER:
         try:
             items, _ = kube.list(kind, namespace, labels=f"{conventions.RELEASE_LABEL}={name}")
         except errors.NotFound:
-            if kind not in applyset.OPTIONAL_KINDS:
+            if kind not in kinds.OPTIONAL_KINDS:
                 raise
             continue
         except errors.Forbidden:
-            if kind not in applyset.OPTIONAL_KINDS or kind in used:
+            if kind not in kinds.OPTIONAL_KINDS or kind in used:
                 raise
             continue
         found += sorted(items, key=lambda o: o["metadata"]["name"])
     return found
 
 
-def _refuse_foreign(kube: Kube, name: str, namespace: str, objects: Sequence[dict[str, Any]]) -> None:
+def _refuse_foreign(kube: Kube, name: str, namespace: str, objects: Sequence[kube_status.Object]) -> None:
     """Refuse what another tool would put back: objects it applies, or a controller-driven release."""
     others = applied_by_others(objects)
     if others:
@@ -149,29 +146,13 @@ def _refuse_foreign(kube: Kube, name: str, namespace: str, objects: Sequence[dic
         )
 
 
-def _required_access(request: Request, used_kinds: set[str]) -> list[tuple[str, str, str, str]]:
-    wanted: list[tuple[str, str, str, str]] = [
-        (verb, group, resource, "")
-        for group, resource in (
-            ("apps", "deployments"),
-            ("", "services"),
-            ("", "serviceaccounts"),
-            ("policy", "poddisruptionbudgets"),
-            ("networking.k8s.io", "networkpolicies"),
-        )
-        for verb in ("list", "delete")
-    ]
+def _required_access(request: Request, used_kinds: set[str]) -> list[kinds.Access]:
+    wanted = kinds.access(kinds.CORE_KINDS, ("list", "delete"))
     for kind in sorted(used_kinds):
         wanted += [a for a in applyset.GROUP_ACCESS[kind] if a[0] in ("list", "delete")]
-    wanted += [
-        ("list", "", "configmaps", ""),
-        ("create", "", "configmaps", ""),
-        ("get", "coordination.k8s.io", "leases", ""),
-        ("create", "coordination.k8s.io", "leases", ""),
-        ("update", "coordination.k8s.io", "leases", ""),
-    ]
+    wanted += kinds.access(["ConfigMap"], ("list", "create")) + kinds.access(["Lease"], ("get", "create", "update"))
     if request.wait:
-        wanted += [("list", "", "pods", ""), ("watch", "", "pods", "")]
+        wanted += kinds.access(["Pod"], ("list", "watch"))
     return wanted
 
 
@@ -184,7 +165,7 @@ def _check_access(kube: Kube, request: Request, used_kinds: set[str]) -> None:
             "(`deployctl render PROFILE --format rbac`)"
         )
     if request.purge:
-        purging = [("delete", "", "configmaps", ""), ("delete", "coordination.k8s.io", "leases", "")]
+        purging = kinds.access(["ConfigMap", "Lease"], ("delete",))
         missing = applyset.missing_access(kube, request.namespace, purging)
         if missing:
             raise errors.Forbidden(
@@ -329,7 +310,7 @@ def _delete_and_record(
     request: Request,
     history: list[releases.Record],
     objects: list[dict[str, Any]],
-    actor: dict[str, Any],
+    actor: dict[str, object],
     report: Reporter,
     timings: Timings,
     changes: list[dict[str, str]],
@@ -365,7 +346,7 @@ def record_uninstall(
     kube: releases.Cluster,
     history: list[releases.Record],
     deleted: list[dict[str, Any]],
-    actor: dict[str, Any],
+    actor: dict[str, object],
     failure: Failure | None,
     signer: signing.Signer | None = None,
 ) -> releases.Record:
@@ -387,7 +368,7 @@ def record_uninstall(
     return writer.append(kube, writer.NewRecord(draft, outcome, description, failure=failed, deleted=refs))
 
 
-def _purge(kube: Kube, request: Request, actor: dict[str, Any], report: Reporter) -> list[dict[str, str]]:
+def _purge(kube: Kube, request: Request, actor: dict[str, object], report: Reporter) -> list[dict[str, str]]:
     """Export and verify, leave the tombstone, then delete the records (``orchestrator.records.purge``)."""
     name, namespace = request.name, request.namespace
     assert request.audit_export is not None
@@ -430,79 +411,9 @@ def _wait(
     kube: Kube, request: Request, deadline: float, report: Reporter, timings: Timings, held: lock.ReleaseLock
 ) -> list[str]:
     with timings.phase("wait"):
-        return wait_pods_gone(
-            kube,
-            request.namespace,
-            request.name,
-            timeout=max(0.0, deadline - time.monotonic()),
-            progress=lambda m: report("wait", m),
-            abort=held.lost_reason,
-        )
-
-
-def wait_pods_gone(
-    kube: Kube,
-    namespace: str,
-    name: str,
-    *,
-    timeout: float,
-    progress: Callable[[str], None] = lambda _msg: None,
-    abort: Callable[[], str | None] = lambda: None,
-) -> list[str]:
-    """Read the release's pods once, then watch them until none is left (their GPUs are free);
-    the names still there when ``timeout`` ran out (or the lock was lost), else empty."""
-    start = time.monotonic()
-    events: queue.Queue[tuple[str, str, dict[str, Any]]] = queue.Queue()
-    stop = threading.Event()
-    watcher = rollout.Watcher(kube, "Pod", namespace, events, stop, labels=f"{conventions.RELEASE_LABEL}={name}")
-    watcher.start()
-    pods: dict[str, dict[str, Any]] = {}
-    synced, said, said_at = False, "", 0.0
-    try:
-        while True:
-            if synced and not pods:
-                return []
-            elapsed = time.monotonic() - start
-            if elapsed >= timeout or abort() is not None:
-                return sorted(pods)
-            try:
-                _, kind, obj = events.get(timeout=min(1.0, max(0.01, timeout - elapsed)))
-            except queue.Empty:
-                kind, obj = "", {}
-            if kind == "SYNC":
-                pods = {p["metadata"]["name"]: p for p in obj["items"]}
-                synced = True
-            elif kind == "DELETED":
-                pods.pop(obj["metadata"]["name"], None)
-            elif kind in ("ADDED", "MODIFIED"):
-                pods[obj["metadata"]["name"]] = obj
-            if synced and pods:
-                text = describe_pods(list(pods.values()))
-                if text != said or time.monotonic() - said_at >= PROGRESS_EVERY_SECONDS:
-                    progress(text)
-                    said, said_at = text, time.monotonic()
-    finally:
-        stop.set()
-
-
-def describe_pods(pods: Sequence[dict[str, Any]], now: datetime.datetime | None = None) -> str:
-    """``waiting for 2 pods to terminate: a (terminating 12s), b (Running)``, four named at most."""
-    now = now or _now()
-    parts = []
-    for pod in sorted(pods, key=lambda p: p["metadata"]["name"])[:4]:
-        meta = pod["metadata"]
-        since = meta.get("deletionTimestamp")
-        if since:
-            try:
-                seconds = (now - datetime.datetime.fromisoformat(since.replace("Z", "+00:00"))).total_seconds()
-                state = f"terminating {max(0, int(seconds))}s"
-            except ValueError:
-                state = "terminating"
-        else:
-            state = str((pod.get("status") or {}).get("phase") or "Pending")
-        parts.append(f"{meta['name']} ({state})")
-    more = f", and {len(pods) - 4} more" if len(pods) > 4 else ""
-    return f"waiting for {len(pods)} pod{'s' if len(pods) != 1 else ''} to terminate: {', '.join(parts)}{more}"
+        left = max(0.0, deadline - time.monotonic())
+        wait_for = watching.Wait(left, lambda m: report("wait", m), held.lost_reason)
+        return pods_gone.wait(kube, request.namespace, request.name, wait_for)
 
 
 # --- endings --------------------------------------------------------------------------------------
@@ -571,8 +482,8 @@ def _rollback_hint(name: str, namespace: str) -> str:
     return f" (`deployctl rollback {name} -n {namespace}` re-deploys the revision that was live)"
 
 
-def _ref(obj: dict[str, Any]) -> str:
-    return f"{obj['kind']}/{obj['metadata']['name']}"
+def _ref(obj: kube_status.Object) -> str:
+    return f"{kube_status.text(obj.get('kind'))}/{kube_status.name_of(obj)}"
 
 
 def _now() -> datetime.datetime:

@@ -8,16 +8,18 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 from orchestrator import engines, errors
-from orchestrator.apply import group_rollout, health, rollout
+from orchestrator.apply import group_rollout, health, rollout, watching
 from orchestrator.apply.outcome import Failure, Timings
 from orchestrator.engines import startup_log
 from orchestrator.gate import metrics
 from orchestrator.gate import verdict as gate
 from orchestrator.kube import Kube, PortForwarder
+from orchestrator.kube import status as kube_status
+from orchestrator.kube.status import Object, mapping, mappings
 from orchestrator.profile import gate_auth, gate_endpoint
 from orchestrator.profile.model import Profile
 from orchestrator.records import releases
@@ -84,7 +86,7 @@ def gate_target(
 
 def spec_of(
     profile: Profile,
-    objects: list[dict[str, Any]],
+    objects: Sequence[Object],
     *,
     timeout: float | None,
     endpoint: str | None,
@@ -112,31 +114,36 @@ def spec_of(
     )
 
 
-def group_watch(objects: list[dict[str, Any]], join_seconds: float) -> group_rollout.GroupWatch | None:
+def group_watch(objects: Sequence[Object], join_seconds: float) -> group_rollout.GroupWatch | None:
     """The copies across nodes among ``objects`` (RayClusters), or None when a Deployment runs them."""
     copies = [o for o in objects if o.get("kind") == "RayCluster"]
     if not copies:
         return None
-    workers = sum(int(g.get("replicas", 0)) for g in copies[0]["spec"].get("workerGroupSpecs") or [])
-    names = tuple(o["metadata"]["name"] for o in copies)
+    groups = mappings(mapping(copies[0].get("spec")).get("workerGroupSpecs"))
+    workers = sum(kube_status.number(g.get("replicas")) for g in groups)
+    names = tuple(kube_status.name_of(o) for o in copies)
     return group_rollout.GroupWatch(copies=names, size=workers + 1, join_seconds=join_seconds)
 
 
-def _serving_pod(objects: list[dict[str, Any]]) -> dict[str, Any]:
+def _serving_pod(objects: Sequence[Object]) -> Object:
     """The pod template that serves HTTP: the Deployment's, or a copy's Ray head."""
     for obj in objects:
+        spec = mapping(obj.get("spec"))
         if obj.get("kind") == "Deployment":
-            template: dict[str, Any] = obj["spec"]["template"]
-            return template
+            return mapping(spec.get("template"))
         if obj.get("kind") == "RayCluster":
-            head: dict[str, Any] = obj["spec"]["headGroupSpec"]["template"]
-            return head
+            return mapping(mapping(spec.get("headGroupSpec")).get("template"))
     return {}
+
+
+def _number(value: object, default: float) -> float:
+    """A number a stored manifest or profile gives (an int, a float or its text), else ``default``."""
+    return float(value) if isinstance(value, (int, float, str)) and not isinstance(value, bool) else default
 
 
 def stored_spec(
     target: releases.Record,
-    objects: list[dict[str, Any]],
+    objects: Sequence[Object],
     *,
     timeout: float | None,
     endpoint: str | None,
@@ -149,33 +156,34 @@ def stored_spec(
     release's own pods instead, and says so.
     """
     deployment = next((o for o in objects if o.get("kind") == "Deployment"), {})
-    containers = _serving_pod(objects).get("spec", {}).get("containers") or [{}]
-    ports = containers[0].get("ports") or [{}]
+    container = (mappings(mapping(_serving_pod(objects).get("spec")).get("containers")) or [{}])[0]
+    ports = mappings(container.get("ports")) or [{}]
     settings = target.stored_settings()
     health_section = settings.get("health")
     health_timeout = health_section.get("timeoutSeconds", 1800) if isinstance(health_section, dict) else 1800
     stored_rollout = target.stored_section("rollout")
     progress_deadline = stored_rollout.get("progressDeadlineSeconds", 1800)
-    deadline = timeout or float(deployment.get("spec", {}).get("progressDeadlineSeconds", progress_deadline))
+    stored_deadline = mapping(deployment.get("spec")).get("progressDeadlineSeconds", progress_deadline)
+    deadline = timeout or _number(stored_deadline, 1800)
     join_seconds = stored_rollout.get("groupJoinSeconds", 600)
     # A revision written before deployctl served other engines has no engine.kind: it is vLLM's.
     kind = target.stored_section("engine").get("kind", engines.DEFAULT_KIND)
     engine = kind if kind in engines.KINDS else engines.DEFAULT_KIND
-    probe = containers[0].get("readinessProbe") or {}
+    probe = mapping(mapping(container.get("readinessProbe")).get("httpGet"))
     stored_source = target.stored_section("model").get("source")
     source = stored_source if isinstance(stored_source, dict) else {}
     model_path = str(source.get("path") or source.get("mountPath") or "/models")
     gated, note = _stored_target(target, endpoint, settings.get("endpoint"), allowed_hosts)
     return GateSpec(
         model=engines.get(engine).served_id(target.model.name, model_path),
-        port=int(ports[0].get("containerPort", 8000)),
+        port=int(_number(ports[0].get("containerPort"), 8000)),
         endpoint=gated.url if gated else None,
         rollout_timeout=deadline,
         health_timeout=min(deadline, float(health_timeout)),
         smoke=None,
         group=group_watch(objects, float(join_seconds)),
         engine=engine,
-        health_path=str((probe.get("httpGet") or {}).get("path") or engines.get(engine).health_path),
+        health_path=str(probe.get("path") or engines.get(engine).health_path),
         api_key_secret=_stored_key_secret(settings.get("apiKeySecret")),
         endpoint_own=gated.own if gated else False,
         note=note,
@@ -231,7 +239,7 @@ def verify(
     name: str,
     namespace: str,
     spec: GateSpec,
-    previous: Mapping[str, Any] | None,
+    previous: Mapping[str, object] | None,
     report: Reporter,
     timings: Timings,
     *,
@@ -241,26 +249,7 @@ def verify(
     """Watch, health-gate, read the start-up logs, smoke-gate; ``previous`` is the live release's
     stored gate report, for the regression check."""
     with timings.phase("rollout"):
-        if spec.group is not None:
-            result = group_rollout.watch_groups(
-                kube,
-                namespace,
-                name,
-                spec.group,
-                timeout=spec.rollout_timeout,
-                progress=lambda m: report(phase or "rollout", m),
-                abort=abort,
-            )
-        else:
-            result = rollout.watch_rollout(
-                kube,
-                namespace,
-                name,
-                timeout=spec.rollout_timeout,
-                progress=lambda m: report(phase or "rollout", m),
-                abort=abort,
-                engine=spec.engine,
-            )
+        result = _watch(kube, name, namespace, spec, lambda m: report(phase or "rollout", m), abort)
     if not result.ok:
         assert result.failure is not None
         return Judgement(Failure(result.failure.cls, result.failure.message, "rollout"))
@@ -306,6 +295,16 @@ def verify(
     return Judgement(None, verdict, observed)
 
 
+def _watch(
+    kube: Kube, name: str, namespace: str, spec: GateSpec, progress: Callable[[str], None], abort: Abort
+) -> watching.RolloutResult:
+    """Watch the rollout: the copies' groups when they span nodes, else the Deployment."""
+    wait = watching.Wait(spec.rollout_timeout, progress, abort)
+    if spec.group is not None:
+        return group_rollout.watch_groups(kube, namespace, name, spec.group, wait)
+    return rollout.watch_rollout(kube, namespace, name, wait, engine=spec.engine)
+
+
 def _could_not_measure(message: str, observed: tuple[startup_log.Observation, ...] = ()) -> Judgement:
     """A gate that could not measure (the API key): an Error verdict, never a Fail, rolled back
     like any failed gate because the revision was never shown to serve."""
@@ -329,7 +328,7 @@ def startup_observations(
 
 
 def run_smoke(
-    profile: Profile, url: str, previous: Mapping[str, Any] | None, report: Reporter, *, api_key: str | None = None
+    profile: Profile, url: str, previous: Mapping[str, object] | None, report: Reporter, *, api_key: str | None = None
 ) -> gate.GateReport:
     """The smoke benchmark through ``url`` and its verdict; an Error verdict is retried a few times, and one
     that is inconclusive because the client could not keep up is measured once more."""

@@ -13,7 +13,7 @@ Pure: models in, a plain dict out.
 from __future__ import annotations
 
 import copy
-from typing import Any
+from collections.abc import Mapping
 
 from orchestrator.catalog import lookup as catalog
 from orchestrator.policy import model as policy
@@ -57,35 +57,34 @@ _RULES: dict[tuple[str, ...], list[dict[str, str]]] = {
 }
 
 
-def definition() -> dict[str, Any]:
+def definition() -> dict[str, object]:
     """The CustomResourceDefinition object, ready to apply."""
+    names = {
+        "kind": profiles.KIND,
+        "listKind": f"{profiles.KIND}List",
+        "plural": PLURAL,
+        "singular": SINGULAR,
+        # Not "ip": that is the short name of networking.k8s.io's IPAddress.
+        "shortNames": ["iprofile"],
+        "categories": ["deployctl"],
+    }
+    version = {
+        "name": VERSION,
+        "served": True,
+        "storage": True,
+        "subresources": {"status": {}},
+        "additionalPrinterColumns": _columns(),
+        "schema": {"openAPIV3Schema": _object_schema()},
+    }
+    return _definition(NAME, names, "Namespaced", version)
+
+
+def _definition(name: str, names: Mapping[str, object], scope: str, version: Mapping[str, object]) -> dict[str, object]:
     return {
         "apiVersion": "apiextensions.k8s.io/v1",
         "kind": "CustomResourceDefinition",
-        "metadata": {"name": NAME, "labels": {"app.kubernetes.io/name": "deployctl"}},
-        "spec": {
-            "group": GROUP,
-            "names": {
-                "kind": profiles.KIND,
-                "listKind": f"{profiles.KIND}List",
-                "plural": PLURAL,
-                "singular": SINGULAR,
-                # Not "ip": that is the short name of networking.k8s.io's IPAddress.
-                "shortNames": ["iprofile"],
-                "categories": ["deployctl"],
-            },
-            "scope": "Namespaced",
-            "versions": [
-                {
-                    "name": VERSION,
-                    "served": True,
-                    "storage": True,
-                    "subresources": {"status": {}},
-                    "additionalPrinterColumns": _columns(),
-                    "schema": {"openAPIV3Schema": _object_schema()},
-                }
-            ],
-        },
+        "metadata": {"name": name, "labels": {"app.kubernetes.io/name": "deployctl"}},
+        "spec": {"group": GROUP, "names": names, "scope": scope, "versions": [version]},
     }
 
 
@@ -93,11 +92,11 @@ POLICY_PLURAL = policy.PLURAL
 POLICY_NAME = f"{POLICY_PLURAL}.{GROUP}"
 
 
-def policy_definition() -> dict[str, Any]:
+def policy_definition() -> dict[str, object]:
     """The InferencePolicy CustomResourceDefinition (cluster-scoped), its spec from ``policy.PolicySpec``."""
     raw = policy.PolicySpec.model_json_schema()
-    defs: dict[str, Any] = raw.pop("$defs", {})
-    spec = _structural(inline_refs(raw, defs), (policy.KIND,))  # a path no profile rule sits on
+    defs: dict[str, object] = raw.pop("$defs", {})
+    spec = _structural(_schema(inline_refs(raw, defs)), (policy.KIND,))  # a path no profile rule sits on
     schema = {
         "type": "object",
         "description": "What InferenceProfiles may use, owned by the cluster admin (docs/security.md).",
@@ -109,37 +108,30 @@ def policy_definition() -> dict[str, Any]:
             "spec": spec,
         },
     }
-    return {
-        "apiVersion": "apiextensions.k8s.io/v1",
-        "kind": "CustomResourceDefinition",
-        "metadata": {"name": POLICY_NAME, "labels": {"app.kubernetes.io/name": "deployctl"}},
-        "spec": {
-            "group": GROUP,
-            "names": {
-                "kind": policy.KIND,
-                "listKind": f"{policy.KIND}List",
-                "plural": POLICY_PLURAL,
-                "singular": policy.KIND.lower(),
-                "categories": ["deployctl"],
-            },
-            "scope": "Cluster",
-            "versions": [{"name": VERSION, "served": True, "storage": True, "schema": {"openAPIV3Schema": schema}}],
-        },
+    names = {
+        "kind": policy.KIND,
+        "listKind": f"{policy.KIND}List",
+        "plural": POLICY_PLURAL,
+        "singular": policy.KIND.lower(),
+        "categories": ["deployctl"],
     }
+    version = {"name": VERSION, "served": True, "storage": True, "schema": {"openAPIV3Schema": schema}}
+    return _definition(POLICY_NAME, names, "Cluster", version)
 
 
-def spec_schema() -> dict[str, Any]:
+def spec_schema() -> dict[str, object]:
     """The OpenAPI schema of an InferenceProfile's spec: the profile's sections, structural."""
     raw = profiles.Profile.model_json_schema()
-    defs: dict[str, Any] = raw.pop("$defs", {})
-    spec = _structural(inline_refs(raw, defs), ())
-    for key in ("apiVersion", "kind", "metadata"):
-        spec["properties"].pop(key)
-    spec["required"] = [k for k in spec.get("required", []) if k not in ("apiVersion", "kind", "metadata")]
+    defs: dict[str, object] = raw.pop("$defs", {})
+    spec = _structural(_schema(inline_refs(raw, defs)), ())
+    top = ("apiVersion", "kind", "metadata")
+    spec["properties"] = {k: v for k, v in _schema(spec.get("properties")).items() if k not in top}
+    required = spec.get("required")
+    spec["required"] = [k for k in (required if isinstance(required, list) else []) if k not in top]
     return spec
 
 
-def _object_schema() -> dict[str, Any]:
+def _object_schema() -> dict[str, object]:
     return {
         "type": "object",
         "description": "A deployctl profile as a Kubernetes object: the controller plans, applies, gates and "
@@ -163,7 +155,7 @@ def _object_schema() -> dict[str, Any]:
     }
 
 
-def _status_schema() -> dict[str, Any]:
+def _status_schema() -> dict[str, object]:
     condition = {
         "type": "object",
         "required": ["type", "status"],
@@ -214,7 +206,7 @@ def _status_schema() -> dict[str, Any]:
     }
 
 
-def _columns() -> list[dict[str, Any]]:
+def _columns() -> list[dict[str, object]]:
     def condition(kind: str, field: str) -> str:
         return f'.status.conditions[?(@.type=="{kind}")].{field}'
 
@@ -230,56 +222,62 @@ def _columns() -> list[dict[str, Any]]:
 # --- JSON Schema -> structural OpenAPI ---------------------------------------------------------------
 
 
-def inline_refs(node: Any, defs: dict[str, Any]) -> Any:
+def inline_refs(node: object, defs: Mapping[str, object]) -> object:
     """A JSON Schema with every ``$ref`` into ``defs`` replaced by its target (the field's own keys,
     such as its description, win). Also used by scripts/gen_chart_schema.py."""
     if isinstance(node, list):
         return [inline_refs(item, defs) for item in node]
     if not isinstance(node, dict):
         return node
-    if "$ref" in node:
-        target = defs[node["$ref"].rsplit("/", 1)[-1]]
+    ref = node.get("$ref")
+    if isinstance(ref, str):
+        target = _schema(defs[ref.rsplit("/", 1)[-1]])
         merged = {**target, **{k: v for k, v in node.items() if k != "$ref"}}  # the field's description wins
         return inline_refs(merged, defs)
     return {key: inline_refs(value, defs) for key, value in node.items()}
 
 
-def _structural(node: dict[str, Any], path: tuple[str, ...]) -> dict[str, Any]:
+def _schema(node: object) -> Mapping[str, object]:
+    """``node`` as a schema object; an empty one when it is not a mapping."""
+    return node if isinstance(node, Mapping) else {}
+
+
+def _structural(node: Mapping[str, object], path: tuple[str, ...]) -> dict[str, object]:
     """One JSON Schema node as a structural schema: every node typed, no anyOf/oneOf of types."""
-    node = {k: copy.deepcopy(v) for k, v in node.items() if k not in _DROPPED}
-    variants = node.pop("anyOf", None)
-    if variants is not None:
+    out = {k: copy.deepcopy(v) for k, v in node.items() if k not in _DROPPED}
+    variants = out.pop("anyOf", None)
+    if isinstance(variants, list):
         # `X | None`: an optional field. The API server leaves an absent field absent, as pydantic wants.
-        (kept,) = [v for v in variants if v.get("type") != "null"]
-        node = {**{k: v for k, v in kept.items() if k not in _DROPPED}, **node}
-    members = node.pop("oneOf", None)
-    if members is not None:
+        (kept,) = [_schema(v) for v in variants if _schema(v).get("type") != "null"]
+        out = {**{k: v for k, v in kept.items() if k not in _DROPPED}, **out}
+    members = out.pop("oneOf", None)
+    if isinstance(members, list):
         # A discriminated union of objects (model.source): all members' fields, one of them required by CEL.
-        properties: dict[str, Any] = {}
+        properties: dict[str, object] = {}
         for member in members:
-            properties.update(member.get("properties", {}))
-        node = {**node, "type": "object", "properties": properties}
-    if "exclusiveMinimum" in node:  # JSON Schema's number becomes OpenAPI 3.0's flag
-        node["minimum"], node["exclusiveMinimum"] = node["exclusiveMinimum"], True
-    if "exclusiveMaximum" in node:
-        node["maximum"], node["exclusiveMaximum"] = node["exclusiveMaximum"], True
-    if node.get("type") == "object" or "properties" in node:
-        node["type"] = "object"
-        node["properties"] = {k: _structural(v, (*path, k)) for k, v in node.get("properties", {}).items()}
-        extra = node.pop("additionalProperties", None)
+            properties.update(_schema(_schema(member).get("properties")))
+        out = {**out, "type": "object", "properties": properties}
+    if "exclusiveMinimum" in out:  # JSON Schema's number becomes OpenAPI 3.0's flag
+        out["minimum"], out["exclusiveMinimum"] = out["exclusiveMinimum"], True
+    if "exclusiveMaximum" in out:
+        out["maximum"], out["exclusiveMaximum"] = out["exclusiveMaximum"], True
+    if out.get("type") == "object" or "properties" in out:
+        out["type"] = "object"
+        out["properties"] = {k: _structural(_schema(v), (*path, k)) for k, v in _schema(out.get("properties")).items()}
+        extra = out.pop("additionalProperties", None)
         if isinstance(extra, dict):  # a map such as labels or the SLOs
-            node["additionalProperties"] = _structural(extra, path)
-            node.pop("properties")
-    if node.get("type") == "array" and "items" in node:
-        node["items"] = _structural(node["items"], path)
+            out["additionalProperties"] = _structural(extra, path)
+            out.pop("properties")
+    if out.get("type") == "array" and "items" in out:
+        out["items"] = _structural(_schema(out["items"]), path)
     rules = copy.deepcopy(_RULES.get(path, [])) + _catalog_rules(path)
     if rules:
-        node["x-kubernetes-validations"] = rules
+        out["x-kubernetes-validations"] = rules
     if _catalog_rules(path):
-        node["maxLength"] = _CATALOG_NAME_MAX  # bounds the rule's CEL cost estimate
-    if "type" not in node and "enum" not in node:
+        out["maxLength"] = _CATALOG_NAME_MAX  # bounds the rule's CEL cost estimate
+    if "type" not in out and "enum" not in out:
         raise ValueError(f"profile field {'.'.join(path)} has no single type for a structural schema")
-    return node
+    return out
 
 
 # Longer than any catalog key; bounds what lowerAscii() may be asked to fold.

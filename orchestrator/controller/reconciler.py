@@ -33,7 +33,7 @@ from typing import Any
 import yaml
 
 from orchestrator import errors
-from orchestrator.apply import applyset, pipeline, rollout, sequence
+from orchestrator.apply import applyset, pipeline, sequence, watching
 from orchestrator.apply.lock import ReleaseLock
 from orchestrator.apply.outcome import Failure, Outcome
 from orchestrator.controller import resource_status, workqueue
@@ -153,7 +153,7 @@ class _Reconciler:
         per key, so a model loading for half an hour holds one worker and the others go on."""
         events: queue.Queue[tuple[str, str, dict[str, Any]]] = queue.Queue()
         watch_stop = threading.Event()
-        watcher = rollout.Watcher(self.kube, KIND, self.settings.namespace, events, watch_stop)
+        watcher = watching.Watcher(self.kube, KIND, self.settings.namespace, events, watch_stop)
         watcher.start()
         work: workqueue.WorkQueue[tuple[str, str]] = workqueue.WorkQueue()
         known: dict[tuple[str, str], dict[str, Any]] = {}

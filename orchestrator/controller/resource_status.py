@@ -15,7 +15,7 @@ The steps of the sequence have a condition each: ``Planned``, ``Applied``, ``Rol
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 from orchestrator.apply.outcome import Failure, Outcome
@@ -34,7 +34,7 @@ _STEP_OF_STAGE = {
 }
 
 
-def reconciling(previous: Mapping[str, Any] | None, generation: int, now: str) -> dict[str, Any]:
+def reconciling(previous: Mapping[str, object] | None, generation: int, now: str) -> dict[str, object]:
     """While the controller works on ``generation``: Reconciling, Ready Unknown."""
     status = _carry(previous)
     message = f"deploying generation {generation}: plan, preflight, apply, rollout, gate"
@@ -48,14 +48,14 @@ def reconciling(previous: Mapping[str, Any] | None, generation: int, now: str) -
 
 
 def from_outcome(
-    previous: Mapping[str, Any] | None,
+    previous: Mapping[str, object] | None,
     generation: int,
     outcome: Outcome,
     *,
     live_revision: int | None,
     profile_hash: str,
     now: str,
-) -> dict[str, Any]:
+) -> dict[str, object]:
     """After an apply of ``generation`` ended in ``outcome``."""
     status = {**_carry(previous), "observedGeneration": generation, "manualRollback": False}
     status["liveRevision"] = live_revision
@@ -79,13 +79,13 @@ def from_outcome(
 
 
 def failed(
-    status: dict[str, Any],
-    conditions: list[dict[str, Any]],
+    status: dict[str, object],
+    conditions: list[dict[str, object]],
     generation: int,
     failure: Failure,
     message: str,
     now: str,
-) -> dict[str, Any]:
+) -> dict[str, object]:
     """A generation that failed at ``failure.stage``: its step False, the later ones Unknown, Stalled."""
     status = {**status, "observedGeneration": generation, "failure": failure.to_record()}
     failed_step = _STEP_OF_STAGE.get(failure.stage, "Applied")
@@ -112,14 +112,14 @@ def failed(
     return {**status, "conditions": conditions}
 
 
-def refused(previous: Mapping[str, Any] | None, generation: int, failure: Failure, now: str) -> dict[str, Any]:
+def refused(previous: Mapping[str, object] | None, generation: int, failure: Failure, now: str) -> dict[str, object]:
     """A generation refused before anything was written (invalid, does not fit, preflight, forbidden)."""
     return failed(_carry(previous), _conditions(previous), generation, failure, failure.message, now)
 
 
 def manual_rollback(
-    previous: Mapping[str, Any] | None, generation: int, live_revision: int, target: int | None, now: str
-) -> dict[str, Any]:
+    previous: Mapping[str, object] | None, generation: int, live_revision: int, target: int | None, now: str
+) -> dict[str, Any]:  # Any: the controller reads the message of its last condition back
     """The live revision is an on-call `deployctl rollback`: the controller leaves it until the spec changes."""
     status = {**_carry(previous), "observedGeneration": generation, "liveRevision": live_revision}
     status["manualRollback"] = True
@@ -136,27 +136,28 @@ def manual_rollback(
     return {**status, "conditions": conditions}
 
 
-def condition(status: Mapping[str, Any] | None, kind: str) -> Mapping[str, Any] | None:
+def condition(status: Mapping[str, object] | None, kind: str) -> Mapping[str, object] | None:
     """The condition of type ``kind`` in ``status``, or None."""
-    for item in (status or {}).get("conditions") or []:
-        if item.get("type") == kind:
-            found: Mapping[str, Any] = item
-            return found
-    return None
+    return next((item for item in _items(status) if item.get("type") == kind), None)
 
 
-def _carry(previous: Mapping[str, Any] | None) -> dict[str, Any]:
+def _items(status: Mapping[str, object] | None) -> list[Mapping[str, object]]:
+    """The conditions of ``status``; none when it has no list of them."""
+    items = (status or {}).get("conditions")
+    return [item for item in items if isinstance(item, Mapping)] if isinstance(items, list) else []
+
+
+def _carry(previous: Mapping[str, object] | None) -> dict[str, object]:
     """What a new status keeps of the previous one: everything but the conditions (merged apart)."""
     return {k: v for k, v in (previous or {}).items() if k != "conditions"}
 
 
-def _conditions(previous: Mapping[str, Any] | None) -> list[dict[str, Any]]:
-    items: Sequence[Mapping[str, Any]] = (previous or {}).get("conditions") or []
-    return [dict(c) for c in items]
+def _conditions(previous: Mapping[str, object] | None) -> list[dict[str, object]]:
+    return [dict(c) for c in _items(previous)]
 
 
 def _set(
-    conditions: list[dict[str, Any]], kind: str, status: str, reason: str, message: str, generation: int, now: str
+    conditions: list[dict[str, object]], kind: str, status: str, reason: str, message: str, generation: int, now: str
 ) -> None:
     """Set one condition; its lastTransitionTime moves only when its status does."""
     for item in conditions:

@@ -23,6 +23,8 @@ from kubernetes import config as k8s_config
 from kubernetes.config.config_exception import ConfigException
 
 from orchestrator import errors, user_files
+from orchestrator.kube import kinds
+from orchestrator.kube import status as kube_status
 
 FIELD_MANAGER = "deployctl"
 # Connect fast, read patiently: a reachable API server answers in milliseconds, an unreachable
@@ -34,68 +36,12 @@ READ_TIMEOUT = 30.0
 # (re)initializing"). client-go retries these after the server's Retry-After; so do we, for a
 # bounded while, so a moment's backpressure is not a failed deploy.
 THROTTLED_RETRY_SECONDS = 30.0
+_AUTHORIZATION = "authorization.k8s.io/v1"
+_JSON = "application/json"
 
 
-@dataclasses.dataclass(frozen=True)
-class Ref:
-    """Where a kind lives in the REST API."""
-
-    group_version: str
-    plural: str
-    namespaced: bool = True
-
-    def path(self, namespace: str | None, name: str | None = None, sub: str | None = None) -> str:
-        base = "/api/v1" if self.group_version == "v1" else f"/apis/{self.group_version}"
-        if self.namespaced:
-            if namespace is None:
-                base += f"/{self.plural}"  # all namespaces (list/watch only)
-            else:
-                base += f"/namespaces/{namespace}/{self.plural}"
-        else:
-            base += f"/{self.plural}"
-        if name is not None:
-            base += f"/{name}"
-        if sub is not None:
-            base += f"/{sub}"
-        return base
-
-
-# The kinds deployctl reads or writes. A static table keeps start-up free of discovery calls.
-KINDS: dict[str, Ref] = {
-    "Namespace": Ref("v1", "namespaces", namespaced=False),
-    "Node": Ref("v1", "nodes", namespaced=False),
-    "Pod": Ref("v1", "pods"),
-    "Service": Ref("v1", "services"),
-    "ServiceAccount": Ref("v1", "serviceaccounts"),
-    "ConfigMap": Ref("v1", "configmaps"),
-    "Secret": Ref("v1", "secrets"),
-    "Event": Ref("v1", "events"),
-    "Deployment": Ref("apps/v1", "deployments"),
-    "ReplicaSet": Ref("apps/v1", "replicasets"),
-    "PodDisruptionBudget": Ref("policy/v1", "poddisruptionbudgets"),
-    "NetworkPolicy": Ref("networking.k8s.io/v1", "networkpolicies"),
-    "Lease": Ref("coordination.k8s.io/v1", "leases"),
-    "Role": Ref("rbac.authorization.k8s.io/v1", "roles"),
-    "RoleBinding": Ref("rbac.authorization.k8s.io/v1", "rolebindings"),
-    "ClusterRole": Ref("rbac.authorization.k8s.io/v1", "clusterroles", namespaced=False),
-    "ClusterRoleBinding": Ref("rbac.authorization.k8s.io/v1", "clusterrolebindings", namespaced=False),
-    # Group engines for copies that span nodes; their CRDs exist only where KubeRay or LWS is installed.
-    "RayCluster": Ref("ray.io/v1", "rayclusters"),
-    "LeaderWorkerSet": Ref("leaderworkerset.x-k8s.io/v1", "leaderworkersets"),
-    # Prometheus Operator scraping (profile monitoring.podMonitor); its CRD exists where the operator is installed.
-    "PodMonitor": Ref("monitoring.coreos.com/v1", "podmonitors"),
-    # deployctl's own resource: a profile as an object, reconciled by `deployctl controller`.
-    "InferenceProfile": Ref("deployctl.dev/v1", "inferenceprofiles"),
-    # What InferenceProfiles may use, as the cluster admin says (orchestrator/policy/model.py).
-    "InferencePolicy": Ref("deployctl.dev/v1", "inferencepolicies", namespaced=False),
-}
-
-
-def ref_of(kind: str) -> Ref:
-    try:
-        return KINDS[kind]
-    except KeyError:
-        raise errors.UsageError(f"deployctl does not handle objects of kind {kind!r}") from None
+# Query parameters of a request, as the client serializes them.
+Query = list[tuple[str, str | int]]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -119,8 +65,8 @@ class Kube:
         method: str,
         path: str,
         *,
-        query: list[tuple[str, Any]] | None = None,
-        body: Any = None,
+        query: Query | None = None,
+        body: object = None,
         content_type: str = "application/json",
         stream: bool = False,
         read_timeout: float | None = READ_TIMEOUT,
@@ -139,8 +85,8 @@ class Kube:
         self,
         method: str,
         path: str,
-        query: list[tuple[str, Any]] | None,
-        body: Any,
+        query: Query | None,
+        body: object,
         content_type: str,
         stream: bool,
         read_timeout: float | None,
@@ -230,10 +176,9 @@ class Kube:
     def get(self, kind: str, name: str, namespace: str | None = None) -> dict[str, Any] | None:
         """The object, or None when it does not exist."""
         try:
-            obj: dict[str, Any] = self._call("GET", ref_of(kind).path(namespace, name), what=f"{kind} {name}")
+            return self._object("GET", kinds.ref_of(kind).path(namespace, name), what=f"{kind} {name}")
         except errors.NotFound:
             return None
-        return obj
 
     def list(
         self,
@@ -244,17 +189,17 @@ class Kube:
         fields: str | None = None,
     ) -> tuple[list[dict[str, Any]], str]:
         """Items and the list's resourceVersion (to start a watch from)."""
-        query: list[tuple[str, Any]] = []
+        query: Query = []
         if labels:
             query.append(("labelSelector", labels))
         if fields:
             query.append(("fieldSelector", fields))
-        data = self._call("GET", ref_of(kind).path(namespace), query=query, what=f"list {kind}")
+        data = self._call("GET", kinds.ref_of(kind).path(namespace), query=query, what=f"list {kind}")
         kind_of_item = kind
         items = data.get("items") or []
         for item in items:  # lists omit kind/apiVersion on items; put them back for uniform handling
             item.setdefault("kind", kind_of_item)
-            item.setdefault("apiVersion", ref_of(kind).group_version)
+            item.setdefault("apiVersion", kinds.ref_of(kind).group_version)
         return items, str(data.get("metadata", {}).get("resourceVersion", ""))
 
     def watch(
@@ -271,7 +216,7 @@ class Kube:
 
         A 410 (history compacted) raises WatchExpired: the caller re-lists and watches again.
         """
-        query: list[tuple[str, Any]] = [
+        query: Query = [
             ("watch", "true"),
             ("resourceVersion", resource_version),
             ("allowWatchBookmarks", "true"),
@@ -283,7 +228,7 @@ class Kube:
             query.append(("fieldSelector", fields))
         resp = self._call(
             "GET",
-            ref_of(kind).path(namespace),
+            kinds.ref_of(kind).path(namespace),
             query=query,
             stream=True,
             read_timeout=timeout_seconds + 15,
@@ -309,75 +254,78 @@ class Kube:
         finally:
             resp.release_conn()
 
-    def apply(self, obj: dict[str, Any], *, dry_run: bool = False, force: bool = True) -> dict[str, Any]:
+    def apply(self, obj: Mapping[str, object], *, dry_run: bool = False, force: bool = True) -> dict[str, Any]:
         """Server-side apply as field manager ``deployctl``."""
-        kind = obj["kind"]
-        meta = obj["metadata"]
-        query: list[tuple[str, Any]] = [
-            ("fieldManager", FIELD_MANAGER),
-            ("force", "true" if force else "false"),
-        ]
+        kind, name, namespace = _identity(obj)
+        query: Query = [("fieldManager", FIELD_MANAGER), ("force", "true" if force else "false")]
         if dry_run:
             query.append(("dryRun", "All"))
-        result: dict[str, Any] = self._call(
+        return self._object(
             "PATCH",
-            ref_of(kind).path(meta.get("namespace") if ref_of(kind).namespaced else None, meta["name"]),
+            kinds.ref_of(kind).path(namespace, name),
             query=query,
             body=json.dumps(obj),
-            content_type="application/apply-patch+yaml",
-            what=f"apply {kind} {meta['name']}",
+            content="application/apply-patch+yaml",
+            what=f"apply {kind} {name}",
         )
-        return result
 
-    def create(self, obj: dict[str, Any]) -> dict[str, Any]:
+    def create(self, obj: Mapping[str, object]) -> dict[str, Any]:
         """Create; raises Conflict when the name is taken (used for atomic revision numbers)."""
-        kind = obj["kind"]
-        ns = obj["metadata"].get("namespace") if ref_of(kind).namespaced else None
-        result: dict[str, Any] = self._call(
-            "POST",
-            ref_of(kind).path(ns),
-            query=[("fieldManager", FIELD_MANAGER)],
-            body=obj,
-            what=f"create {kind} {obj['metadata'].get('name')}",
+        kind, name, namespace = _identity(obj)
+        path = kinds.ref_of(kind).path(namespace)
+        return self._object(
+            "POST", path, query=[("fieldManager", FIELD_MANAGER)], body=obj, what=f"create {kind} {name}"
         )
-        return result
 
-    def replace(self, obj: dict[str, Any]) -> dict[str, Any]:
+    def replace(self, obj: Mapping[str, object]) -> dict[str, Any]:
         """Update guarded by metadata.resourceVersion; raises Conflict when someone else changed it."""
-        kind = obj["kind"]
-        meta = obj["metadata"]
-        ns = meta.get("namespace") if ref_of(kind).namespaced else None
-        result: dict[str, Any] = self._call(
-            "PUT",
-            ref_of(kind).path(ns, meta["name"]),
-            query=[("fieldManager", FIELD_MANAGER)],
-            body=obj,
-            what=f"update {kind} {meta['name']}",
+        kind, name, namespace = _identity(obj)
+        path = kinds.ref_of(kind).path(namespace, name)
+        return self._object(
+            "PUT", path, query=[("fieldManager", FIELD_MANAGER)], body=obj, what=f"update {kind} {name}"
         )
-        return result
 
     def merge_patch(
-        self, kind: str, name: str, namespace: str | None, patch: dict[str, Any], *, subresource: str | None = None
+        self,
+        kind: str,
+        name: str,
+        namespace: str | None,
+        patch: Mapping[str, object],
+        *,
+        subresource: str | None = None,
     ) -> dict[str, Any]:
         """JSON merge patch (RFC 7386) of an object or its ``subresource`` (e.g. ``status``); a
         metadata.resourceVersion in ``patch`` guards it (Conflict when the object changed since)."""
-        result: dict[str, Any] = self._call(
+        return self._object(
             "PATCH",
-            ref_of(kind).path(namespace, name, subresource),
+            kinds.ref_of(kind).path(namespace, name, subresource),
             query=[("fieldManager", FIELD_MANAGER)],
             body=patch,
-            content_type="application/merge-patch+json",
+            content="application/merge-patch+json",
             what=f"patch {kind} {name}" + (f"/{subresource}" if subresource else ""),
         )
-        return result
+
+    def _object(
+        self,
+        method: str,
+        path: str,
+        *,
+        what: str,
+        body: object = None,
+        query: Query | None = None,
+        content: str = _JSON,
+    ) -> dict[str, Any]:
+        """A request whose answer is one object (or a list of them) as the API server sent it."""
+        answer: dict[str, Any] = self._call(method, path, query=query, body=body, content_type=content, what=what)
+        return answer
 
     def delete(self, kind: str, name: str, namespace: str | None = None, *, precondition_rv: str | None = None) -> bool:
         """Delete in the foreground; False when it was already gone."""
-        body: dict[str, Any] = {"propagationPolicy": "Background"}
+        body: dict[str, object] = {"propagationPolicy": "Background"}
         if precondition_rv:
             body["preconditions"] = {"resourceVersion": precondition_rv}
         try:
-            self._call("DELETE", ref_of(kind).path(namespace, name), body=body, what=f"delete {kind} {name}")
+            self._call("DELETE", kinds.ref_of(kind).path(namespace, name), body=body, what=f"delete {kind} {name}")
         except errors.NotFound:
             return False
         return True
@@ -387,14 +335,14 @@ class Kube:
     ) -> str:
         """The container log: its last ``tail_lines`` lines, or (None) from the start, at most
         ``limit_bytes`` of it when that is set."""
-        query: list[tuple[str, Any]] = [("tailLines", tail_lines)] if tail_lines is not None else []
+        query: Query = [("tailLines", tail_lines)] if tail_lines is not None else []
         if limit_bytes:
             query.append(("limitBytes", limit_bytes))
         if previous:
             query.append(("previous", "true"))
         resp = self._call(
             "GET",
-            ref_of("Pod").path(namespace, name, "log"),
+            kinds.ref_of("Pod").path(namespace, name, "log"),
             query=query,
             stream=True,
             what=f"log of pod {name}",
@@ -406,13 +354,8 @@ class Kube:
 
     def whoami(self) -> str:
         """The authenticated user name, as the API server sees it (SelfSubjectReview)."""
-        review = self._call(
-            "POST",
-            "/apis/authentication.k8s.io/v1/selfsubjectreviews",
-            body={"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"},
-            what="who am I",
-        )
-        return str(review.get("status", {}).get("userInfo", {}).get("username", "unknown"))
+        review = self._review("authentication.k8s.io/v1", "SelfSubjectReview", "who am I")
+        return str(kube_status.mapping(review.get("userInfo")).get("username", "unknown"))
 
     def can_i(self, verb: str, resource: str, namespace: str | None, *, group: str = "", subresource: str = "") -> bool:
         """Whether the API server would allow this request (SelfSubjectAccessReview)."""
@@ -421,17 +364,8 @@ class Kube:
             attributes["namespace"] = namespace
         if subresource:
             attributes["subresource"] = subresource
-        review = self._call(
-            "POST",
-            "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews",
-            body={
-                "apiVersion": "authorization.k8s.io/v1",
-                "kind": "SelfSubjectAccessReview",
-                "spec": {"resourceAttributes": attributes},
-            },
-            what="access review",
-        )
-        return bool(review.get("status", {}).get("allowed"))
+        spec = {"resourceAttributes": attributes}
+        return bool(self._review(_AUTHORIZATION, "SelfSubjectAccessReview", "access review", spec).get("allowed"))
 
     def granted_by_rules(self, namespace: str, wanted: Sequence[tuple[str, str, str, str]]) -> tuple[bool, ...]:
         """Which of ``wanted`` (verb, group, resource, subresource) are granted in ``namespace``,
@@ -443,21 +377,21 @@ class Kube:
         is False, and the caller asks ``can_i``, which is authoritative, for each.
         """
         try:
-            review = self._call(
-                "POST",
-                "/apis/authorization.k8s.io/v1/selfsubjectrulesreviews",
-                body={
-                    "apiVersion": "authorization.k8s.io/v1",
-                    "kind": "SelfSubjectRulesReview",
-                    "spec": {"namespace": namespace},
-                },
-                what="rules review",
-            )
+            status = self._review(_AUTHORIZATION, "SelfSubjectRulesReview", "rules review", {"namespace": namespace})
         except (errors.Forbidden, errors.NotFound):
             return (False,) * len(wanted)
-        status = review.get("status") or {}
-        rules = [] if status.get("incomplete") else status.get("resourceRules") or []
-        return tuple(any(_rule_grants(rule, *w) for rule in rules) for w in wanted)
+        rules = [] if status.get("incomplete") else kube_status.mappings(status.get("resourceRules"))
+        return tuple(any(kinds.rule_grants(rule, *w) for rule in rules) for w in wanted)
+
+    def _review(
+        self, group_version: str, kind: str, what: str, spec: Mapping[str, object] | None = None
+    ) -> Mapping[str, object]:
+        """The status of a self review of ``kind`` (who am I, may I), created and answered in one call."""
+        body: dict[str, object] = {"apiVersion": group_version, "kind": kind}
+        if spec is not None:
+            body["spec"] = spec
+        review = self._object("POST", f"/apis/{group_version}/{kind.lower()}s", body=body, what=what)
+        return kube_status.mapping(review.get("status"))
 
     def server_version(self) -> str:
         data = self._call("GET", "/version", what="server version")
@@ -469,19 +403,14 @@ class Kube:
         return self._api
 
 
-def _rule_grants(rule: Mapping[str, Any], verb: str, group: str, resource: str, subresource: str) -> bool:
-    """Whether one listed rule allows a request without an object name, as RBAC decides it
-    (k8s.io/kubernetes pkg/apis/rbac/v1 evaluation_helpers.go: VerbMatches, APIGroupMatches,
-    ResourceMatches, ResourceNameMatches)."""
-    if rule.get("resourceNames"):  # grants only the named objects; a list or create has no name
-        return False
-    verbs, groups, resources = rule.get("verbs") or [], rule.get("apiGroups") or [], rule.get("resources") or []
-    if "*" not in verbs and verb not in verbs:
-        return False
-    if "*" not in groups and group not in groups:
-        return False
-    combined = f"{resource}/{subresource}" if subresource else resource
-    return "*" in resources or combined in resources or (bool(subresource) and f"*/{subresource}" in resources)
+def _identity(obj: Mapping[str, object]) -> tuple[str, str, str | None]:
+    """The kind, name and namespace (None for a cluster-scoped kind) of an object to write."""
+    kind, meta = obj.get("kind"), kube_status.mapping(obj.get("metadata"))
+    if not isinstance(kind, str):
+        raise errors.UsageError(f"an object to write has no kind: {errors.shorten(str(obj), 200)}")
+    namespace = meta.get("namespace")
+    scoped = isinstance(namespace, str) and kinds.ref_of(kind).namespaced
+    return kind, kube_status.text(meta.get("name")), namespace if scoped and isinstance(namespace, str) else None
 
 
 def connect(kubeconfig: str | None = None, context: str | None = None) -> Kube:
