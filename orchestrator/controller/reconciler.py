@@ -381,7 +381,8 @@ class _Reconciler:
         generation = int(obj["metadata"].get("generation", 1))
         manual = resource_status.manual_rollback(status, generation, live.revision, live.rollback_of, _now())
         self._status(obj, manual)
-        self._event(obj, "Normal", "ManualRollback", manual["conditions"][-1]["message"])
+        ready = resource_status.condition(manual, "Ready") or {}
+        self._event(obj, "Normal", "ManualRollback", str(ready.get("message", "")))
 
     # --- finalizer ------------------------------------------------------------------------------
 

@@ -16,7 +16,6 @@ The steps of the sequence have a condition each: ``Planned``, ``Applied``, ``Rol
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
 
 from orchestrator.apply.outcome import Failure, Outcome
 
@@ -119,7 +118,7 @@ def refused(previous: Mapping[str, object] | None, generation: int, failure: Fai
 
 def manual_rollback(
     previous: Mapping[str, object] | None, generation: int, live_revision: int, target: int | None, now: str
-) -> dict[str, Any]:  # Any: the controller reads the message of its last condition back
+) -> dict[str, object]:
     """The live revision is an on-call `deployctl rollback`: the controller leaves it until the spec changes."""
     status = {**_carry(previous), "observedGeneration": generation, "liveRevision": live_revision}
     status["manualRollback"] = True
