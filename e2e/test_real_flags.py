@@ -26,7 +26,7 @@ import server as realvllm  # e2e/realvllm, put on the path by conftest: stdlib o
 import yaml
 
 from orchestrator.engines import vllm_flags, vllm_help
-from orchestrator.profile import model as profile
+from orchestrator.profile import engine as profile_engine
 
 ROOT = Path(__file__).resolve().parents[1]
 CORPUS = yaml.safe_load((ROOT / "tests" / "data" / "extra_args_corpus.yaml").read_text(encoding="utf-8"))
@@ -111,7 +111,7 @@ def real(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
 def ours(args: list[str]) -> tuple[str, str]:
     """deployctl's verdict and message: what `validate` says of a profile with these extraArgs."""
     try:
-        profile.EngineSpec(image=IMAGE, maxModelLen=4096, vllmVersion=VERSION, extraArgs=args)
+        profile_engine.EngineSpec(image=IMAGE, maxModelLen=4096, vllmVersion=VERSION, extraArgs=args)
     except pydantic.ValidationError as e:
         return "refuse", str(e)
     return "accept", ""

@@ -19,6 +19,7 @@ from orchestrator.engines import base
 from orchestrator.errors import ExitCode
 from orchestrator.gate import workload
 from orchestrator.plan import planner
+from orchestrator.profile import engine as profile_engine
 from orchestrator.profile import model as profile
 from orchestrator.render import manifests as render
 
@@ -66,12 +67,12 @@ def flag_values(args: list[str]) -> dict[str, str | None]:
 
 
 def test_the_profile_kinds_are_the_engines_deployctl_has() -> None:
-    assert set(profile.EngineSpec.model_fields["kind"].annotation.__args__) == set(engines.KINDS)  # type: ignore[union-attr]
+    assert set(profile_engine.EngineSpec.model_fields["kind"].annotation.__args__) == set(engines.KINDS)  # type: ignore[union-attr]
     assert engines.DEFAULT_KIND == "vllm" and profile.load(ROOT / "profiles" / "prod-tp4.yaml").engine.kind == "vllm"
 
 
 def test_every_engine_maps_only_kv_cache_dtypes_the_profile_has() -> None:
-    assert profile.EngineSpec.model_fields["kvCacheDtype"].annotation.__args__ == engines.KV_CACHE_DTYPES  # type: ignore[union-attr]
+    assert profile_engine.EngineSpec.model_fields["kvCacheDtype"].annotation.__args__ == engines.KV_CACHE_DTYPES  # type: ignore[union-attr]
     for engine in engines.ENGINES.values():
         assert set(engine.kv_cache_dtypes) <= set(engines.KV_CACHE_DTYPES), engine.kind
 

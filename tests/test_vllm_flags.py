@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from orchestrator.engines import vllm_flags
-from orchestrator.profile import model as profile
+from orchestrator.profile import engine as profile_engine
 
 VERSION = "0.33.0"
 ROOT = pathlib.Path(__file__).resolve().parent.parent
@@ -213,7 +213,7 @@ def test_source_read_tables_carry_types_and_choices() -> None:
 def validate(args: list[str], version: str) -> tuple[str, str]:
     """`deployctl validate`'s verdict on a profile with these extraArgs, and its message."""
     try:
-        profile.EngineSpec(image=IMAGE, maxModelLen=4096, vllmVersion=version, extraArgs=args)
+        profile_engine.EngineSpec(image=IMAGE, maxModelLen=4096, vllmVersion=version, extraArgs=args)
     except pydantic.ValidationError as e:
         return "refuse", str(e)
     return "accept", ""

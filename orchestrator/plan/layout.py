@@ -18,6 +18,7 @@ from typing import Literal
 
 from orchestrator.catalog import lookup as catalog
 from orchestrator.profile import model as profile_schema
+from orchestrator.profile import placement as profile_placement
 
 Severity = Literal["invalid", "error", "warning", "info"]
 
@@ -149,7 +150,7 @@ def _tp_bytes_per_token(c: _Context) -> float:
     return 2 * c.split.layers_per_gpu * c.arch.hidden_size * ACTIVATION_BYTES * 2 * (tp - 1) / tp
 
 
-def _intra_node_link(hw: profile_schema.HardwareSpec) -> tuple[str, float]:
+def _intra_node_link(hw: profile_placement.HardwareSpec) -> tuple[str, float]:
     if hw.interconnect == "pcie":
         return "PCIe", _PCIE_GB_S
     return "NVLink", _NVLINK_GB_S.get(hw.gpu or "", _NVLINK_GB_S_OTHER)

@@ -14,6 +14,7 @@ from typing import TypedDict
 from orchestrator import conventions, errors
 from orchestrator.catalog import lookup as catalog
 from orchestrator.profile import model as profile
+from orchestrator.profile import placement as profile_placement
 
 GPU_RESOURCE = conventions.GPU_RESOURCE
 PRODUCT_LABEL = conventions.GPU_PRODUCT_LABEL
@@ -56,7 +57,7 @@ class GpuPool(TypedDict):
 def gpu_pools(
     nodes: Iterable[Mapping[str, object]],
     pods: Iterable[Mapping[str, object]],
-    nvlink_label: tuple[str, str] = (profile.NVLINK_LABEL_KEY, "true"),
+    nvlink_label: tuple[str, str] = (profile_placement.NVLINK_LABEL_KEY, "true"),
 ) -> list[GpuPool]:
     """GPU inventory for `deployctl inventory`: one row per (product, NVLink) pool of GPU nodes.
 
@@ -168,7 +169,7 @@ def _products_source(prof: profile.Profile) -> str:
     return f"hardware.gpu {prof.hardware.gpu}"
 
 
-def _tolerates(toleration: profile.Toleration, taint: Mapping[str, object]) -> bool:
+def _tolerates(toleration: profile_placement.Toleration, taint: Mapping[str, object]) -> bool:
     """The scheduler's rule (k8s.io/api core/v1 Toleration.ToleratesTaint)."""
     if toleration.effect is not None and toleration.effect != taint.get("effect"):
         return False

@@ -44,14 +44,6 @@ _TOOL_LABEL_PREFIXES = (
 )
 DEFAULT_VLLM_VERSION = profile_engine.DEFAULT_VLLM_VERSION
 
-# Sections that live in their own modules, under the names render and plan know them by.
-EngineSpec = profile_engine.EngineSpec
-HardwareSpec = profile_placement.HardwareSpec
-Toleration = profile_placement.Toleration
-NVLINK_LABEL_KEY = profile_placement.NVLINK_LABEL_KEY
-PvcSource = profile_weights.PvcSource
-HostPathSource = profile_weights.HostPathSource
-
 
 class _Model(profile_base.Model):
     """The sections defined in this file (a subclass, not an alias, so pydantic's mypy plugin sees it)."""
@@ -237,8 +229,8 @@ class Profile(_Model):
     kind: Literal["InferenceProfile"] = Field(description="Always InferenceProfile.")
     metadata: Metadata = Field(description="Release name, namespace and labels.")
     model: profile_weights.ModelSpec = Field(description="What is served and where its weights live.")
-    engine: EngineSpec = Field(description="The vLLM engine: image and serving parameters.")
-    hardware: HardwareSpec = Field(description="The GPUs the model runs on.")
+    engine: profile_engine.EngineSpec = Field(description="The vLLM engine: image and serving parameters.")
+    hardware: profile_placement.HardwareSpec = Field(description="The GPUs the model runs on.")
     placement: profile_placement.PlacementSpec = Field(
         default_factory=profile_placement.PlacementSpec, description="Where pods may land."
     )
@@ -249,7 +241,9 @@ class Profile(_Model):
 
     @pydantic.field_validator("engine")
     @classmethod
-    def _mounts_leave_the_weights_alone(cls, v: EngineSpec, info: pydantic.ValidationInfo) -> EngineSpec:
+    def _mounts_leave_the_weights_alone(
+        cls, v: profile_engine.EngineSpec, info: pydantic.ValidationInfo
+    ) -> profile_engine.EngineSpec:
         model = info.data.get("model")
         if model is not None:
             problems = profile_pod.model_mount_problems(v.volumeMounts, model.source.mountPath)

@@ -19,8 +19,10 @@ from pydantic import BaseModel
 from orchestrator import conventions, errors
 from orchestrator.catalog import lookup as catalog
 from orchestrator.plan import planner
+from orchestrator.profile import engine as profile_engine
 from orchestrator.profile import model as profiles
 from orchestrator.profile import pod as profile_pod
+from orchestrator.profile import weights as profile_weights
 from orchestrator.render import chart_values
 
 # Pod Security "restricted" needs a non-root user. The official image has none (it runs as
@@ -118,16 +120,16 @@ def _server(profile: profiles.Profile) -> chart_values.ServerValues:
     )
 
 
-def _model(name: str, source: profiles.PvcSource | profiles.HostPathSource) -> chart_values.ModelValues:
+def _model(name: str, source: profile_weights.PvcSource | profile_weights.HostPathSource) -> chart_values.ModelValues:
     return chart_values.ModelValues(
         servedName=name,
-        claimName=source.pvc if isinstance(source, profiles.PvcSource) else "",
-        hostPath=source.hostPath if isinstance(source, profiles.HostPathSource) else "",
+        claimName=source.pvc if isinstance(source, profile_weights.PvcSource) else "",
+        hostPath=source.hostPath if isinstance(source, profile_weights.HostPathSource) else "",
         mountPath=source.mountPath,
     )
 
 
-def _resources(engine: profiles.EngineSpec, gpus_per_pod: int) -> dict[str, object]:
+def _resources(engine: profile_engine.EngineSpec, gpus_per_pod: int) -> dict[str, object]:
     gpus = str(gpus_per_pod)
     return {
         # No CPU limit: CFS throttling stalls the tokenizer and scheduler loop under load.
@@ -144,7 +146,7 @@ def _startup_allowed(profile: profiles.Profile, plan: planner.Plan) -> int:
     return startup
 
 
-def _pod_security(engine: profiles.EngineSpec) -> dict[str, object]:
+def _pod_security(engine: profile_engine.EngineSpec) -> dict[str, object]:
     context: dict[str, object] = {
         "runAsNonRoot": True,
         "runAsUser": RUN_AS_UID,
