@@ -31,7 +31,7 @@ from orchestrator.gate import verdict as gate
 from orchestrator.kube import portforward
 from orchestrator.plan import planner
 from orchestrator.profile import slo
-from orchestrator.records import releases
+from orchestrator.records import writer
 
 # --- an exception in every step after the first write ---------------------------------------
 
@@ -64,7 +64,7 @@ STEPS: dict[str, tuple[Any, str, bool, Callable[..., bool]]] = {
     "health": (health, "wait_healthy", False, lambda *a, **k: True),
     "smoke benchmark": (bench, "run", False, lambda *a, **k: True),
     "verdict": (gate, "evaluate", False, lambda *a, **k: True),
-    "record": (releases, "append", False, lambda *a, **k: k.get("outcome") == "deployed"),
+    "record": (writer, "append", False, lambda kube, new, **k: new.outcome == "deployed"),
 }
 
 
