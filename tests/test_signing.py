@@ -205,18 +205,7 @@ def test_a_record_signed_by_an_untrusted_key_is_refused_like_an_unsigned_one() -
     writer.append(
         kube,
         writer.NewRecord(
-            writer.Draft(
-                RELEASE,
-                NS,
-                manifests=live.manifests,
-                profile_text=live.profile,
-                plan=live.plan,
-                model=live.model,
-                image=live.image,
-                profile_hash=live.profile_hash,
-                actor={},
-                signer=mallory,
-            ),
+            writer.Draft.of(live, {}, mallory),
             outcome="deployed",
             description="rollback",
             rollback_of=4,
@@ -264,18 +253,7 @@ def test_new_records_are_signed_and_chain_on_from_signed_ones() -> None:
     new = writer.append(
         kube,
         writer.NewRecord(
-            writer.Draft(
-                RELEASE,
-                NS,
-                manifests=old.manifests,
-                profile_text=old.profile,
-                plan=old.plan,
-                model=old.model,
-                image=old.image,
-                profile_hash=old.profile_hash,
-                actor={},
-                signer=keys().signer,
-            ),
+            writer.Draft.of(old, {}, keys().signer),
             outcome="deployed",
             description="rollback to 4",
             rollback_of=4,
@@ -296,18 +274,7 @@ def trust(kube: FakeKube, up_to: int) -> releases.Record:
     return writer.append(
         kube,
         writer.NewRecord(
-            writer.Draft(
-                RELEASE,
-                NS,
-                manifests=b"",
-                profile_text="",
-                plan=None,
-                model=base.model,
-                image=base.image,
-                profile_hash=base.profile_hash,
-                actor={},
-                signer=keys().signer,
-            ),
+            writer.Draft.following(base, {}, keys().signer, manifests=b"", profile_text=""),
             outcome="trusted",
             description="trust step",
             trust=record_trust.trust_body(checked, up_to),
