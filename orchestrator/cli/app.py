@@ -139,10 +139,7 @@ def _follow(run: Callable[[output.Progress], outcome_mod.Outcome], output_format
 
 
 @main.command()
-@cli_options.profile_argument()
-@cli_params.takes(cli_params.Apply)
-@cli_options.output_option()
-@cli_options.handles_errors
+@cli_params.command_over(cli_params.Apply, cli_options.profile_argument())
 def apply(profile_path: str, output_format: str, opts: cli_params.Apply) -> None:
     """Plan, preflight, lock, apply, watch, gate and record — or roll back."""
     from orchestrator.apply import pipeline
@@ -152,10 +149,7 @@ def apply(profile_path: str, output_format: str, opts: cli_params.Apply) -> None
 
 
 @main.command("gate")
-@cli_options.profile_argument()
-@cli_params.takes(cli_params.Gate)
-@cli_options.output_option()
-@cli_options.handles_errors
+@cli_params.command_over(cli_params.Gate, cli_options.profile_argument())
 def gate_cmd(profile_path: str, output_format: str, opts: cli_params.Gate) -> None:
     """GitOps: wait for the synced Deployment to carry this profile, then health + smoke gate and record."""
     from orchestrator.apply import gitops
@@ -239,10 +233,7 @@ def controller(
 
 
 @main.command()
-@click.argument("name")
-@cli_params.takes(cli_params.Rollback)
-@cli_options.output_option()
-@cli_options.handles_errors
+@cli_params.command_over(cli_params.Rollback, cli_params.RELEASE_NAME)
 def rollback(name: str, output_format: str, opts: cli_params.Rollback) -> None:
     """Re-apply an earlier revision's stored manifests (needs only a kubeconfig and, for signed records, a key)."""
     from orchestrator.apply import pipeline

@@ -17,7 +17,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, ClassVar, Generic, TypeVar
+from typing import TYPE_CHECKING, ClassVar, Generic, TypeAlias, TypeVar
 
 import click
 
@@ -140,8 +140,29 @@ def takes(model: type[CommandOptions]) -> Callable[[Callable[..., None]], Callab
     return decorate
 
 
+Decorator: TypeAlias = Callable[[Callable[..., None]], Callable[..., None]]
+
+
+def command_over(model: type[CommandOptions], argument: Decorator, output: Decorator | None = None) -> Decorator:
+    """Everything a command over an options model carries, stacked in one place: its argument (a
+    profile path or a release name), ``model``'s options, ``-o`` and the one-paragraph error handling."""
+    output_decorator = output or cli_options.output_option()
+
+    def decorate(fn: Callable[..., None]) -> Callable[..., None]:
+        return argument(takes(model)(output_decorator(cli_options.handles_errors(fn))))
+
+    return decorate
+
+
+RELEASE_NAME = click.argument("name")
+
+
 # --- the options, each declared once --------------------------------------------------------------
 
+VERIFY_KEY_HELP = (
+    "A public key (PEM) whose signatures on release records are trusted; repeatable. "
+    "The signing key's own public key is always trusted."
+)
 NAMESPACE_HELP = "Namespace (default: $DEPLOYCTL_NAMESPACE, else the context's, else default)."
 LOCK_TTL = cli_options.Duration(5, 3600, integer=True)
 DEFAULT_LOCK_TTL = 60
@@ -154,21 +175,17 @@ NAMESPACE = option("-n", "--namespace", default=None, help=NAMESPACE_HELP)
 PROFILE_NAMESPACE = option(
     "-n", "--namespace", default=None, help="Namespace when the profile has no metadata.namespace (see docs/cli.md)."
 )
+KEY_FILE = click.Path(dir_okay=False)
 SIGNING_KEY = option(
     "--signing-key",
     default=None,
-    type=click.Path(dir_okay=False),
+    type=KEY_FILE,
     envvar="DEPLOYCTL_SIGNING_KEY",
     help="Private key (PEM, from `deployctl keygen`) that signs new release records; records are then "
     "checked against it.",
 )
 VERIFY_KEYS: Option[tuple[str, ...]] = option(
-    "--verify-key",
-    default=(),
-    type=click.Path(dir_okay=False),
-    envvar="DEPLOYCTL_VERIFY_KEY",
-    help="A public key (PEM) whose signatures on release records are trusted; repeatable. "
-    "The signing key's own public key is always trusted.",
+    "--verify-key", default=(), type=KEY_FILE, envvar="DEPLOYCTL_VERIFY_KEY", help=VERIFY_KEY_HELP
 )
 SETS: Option[tuple[str, ...]] = option(
     "--set",

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pathlib
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 import click
 
@@ -19,20 +19,16 @@ from orchestrator.errors import ExitCode
 
 
 @click.command()
-@click.argument("name")
-@cli_params.takes(cli_params.Release)
-@cli_options.output_option()
-@cli_options.handles_errors
+@cli_params.command_over(cli_params.Release, cli_params.RELEASE_NAME)
 def history(name: str, output_format: str, opts: cli_params.Release) -> None:
     """The release's revisions: status, description, when, who."""
     from orchestrator.apply import views
 
     rows = views.history(cli_params.connection(opts), name, opts.resolved_namespace())
-    if output_format != "text":
-        click.echo(output.emit(rows, output_format))
-        return
-    click.echo(
-        output.table(
+    _show(
+        rows,
+        output_format,
+        lambda: output.table(
             ["REVISION", "STATUS", "GATE", "KV PLAN/SEEN", "UPDATED", "ACTOR", "IMAGE", "DESCRIPTION"],
             [
                 [
@@ -47,7 +43,7 @@ def history(name: str, output_format: str, opts: cli_params.Release) -> None:
                 ]
                 for r in rows
             ],
-        )
+        ),
     )
 
 
@@ -75,26 +71,26 @@ def _short_image(image: str) -> str:
 
 
 @click.command()
-@click.argument("name")
-@cli_params.takes(cli_params.Release)
-@cli_options.output_option()
-@cli_options.handles_errors
+@cli_params.command_over(cli_params.Release, cli_params.RELEASE_NAME)
 def status(name: str, output_format: str, opts: cli_params.Release) -> None:
     """Live revision, pods (ready, node, GPUs), last failure and gate result."""
     from orchestrator.apply import views
 
     data = views.status(cli_params.connection(opts), name, opts.resolved_namespace())
-    if output_format != "text":
-        click.echo(output.emit(data, output_format))
-        return
-    click.echo(views.format_status(data))
+    _show(data, output_format, lambda: views.format_status(data))
+
+
+def _show(data: object, output_format: str, as_text: Callable[[], str]) -> None:
+    """``data`` as JSON or YAML, else the text view ``as_text`` makes of it."""
+    click.echo(output.emit(data, output_format) if output_format != "text" else as_text())
 
 
 @click.command()
-@cli_options.profile_argument()
-@cli_params.takes(cli_params.Diff)
-@cli_options.output_option(help="text: a unified diff; json/yaml: each object's change and diff.")
-@cli_options.handles_errors
+@cli_params.command_over(
+    cli_params.Diff,
+    cli_options.profile_argument(),
+    cli_options.output_option(help="text: a unified diff; json/yaml: each object's change and diff."),
+)
 def diff(profile_path: str, output_format: str, opts: cli_params.Diff) -> None:
     """Server-side dry-run against the live objects, as a unified diff.
 

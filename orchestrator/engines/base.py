@@ -54,6 +54,12 @@ class Refusal:
     message: str
 
 
+def refused_where(*checks: tuple[bool, str, str]) -> list[Refusal]:
+    """A Refusal of each (refused, field, message) whose first item is true: an engine's field
+    refusals written as one table of conditions."""
+    return [Refusal(field, message) for refused, field, message in checks if refused]
+
+
 @dataclasses.dataclass(frozen=True)
 class MemoryInputs:
     """One GPU's memory as the planner models it before anything runs, in GiB."""
@@ -94,6 +100,18 @@ def kv_dtypes(**spelled: str) -> dict[str, str]:
 def bind_flags(host: str) -> dict[str, str]:
     """The reserved entries of the address flags every engine's args() end with: ``host`` and --port."""
     return {host: BIND_FIELD, "--port": "engine.port"}
+
+
+def model_unloadable(title: str, patterns: str, check: str) -> CrashClass:
+    """The crash class of a server that found no model it could load at the path it was given
+    (``patterns``: the lines it prints then); the first advice is the same for every engine, then
+    ``check``: what that engine needs of the directory."""
+    return CrashClass(
+        "model_path",
+        re.compile(patterns),
+        f"{title} could not load a model at the path it was given: check model.source (the claim or host path, "
+        f"and path) and {check}",
+    )
 
 
 def args_refused(pattern: str, who: str, title: str) -> CrashClass:
@@ -174,16 +192,14 @@ class Engine(abc.ABC):
 
     def field_refusals(self, s: ServerSettings) -> list[Refusal]:
         """The serving fields of ``s`` this engine cannot honour (the KV-cache dtype, by default)."""
-        out = []
-        if s.kv_cache_dtype not in self.kv_cache_dtypes:
-            honoured = ", ".join(sorted(self.kv_cache_dtypes))
-            out.append(
-                Refusal(
-                    "engine.kvCacheDtype",
-                    f"{self.title} has no KV-cache dtype {s.kv_cache_dtype!r}; it honours {honoured}",
-                )
-            )
-        return out
+        honoured = ", ".join(sorted(self.kv_cache_dtypes))
+        return refused_where(
+            (
+                s.kv_cache_dtype not in self.kv_cache_dtypes,
+                "engine.kvCacheDtype",
+                f"{self.title} has no KV-cache dtype {s.kv_cache_dtype!r}; it honours {honoured}",
+            ),
+        )
 
     def tuning_flags(self, s: ServerSettings, batched_flag: str) -> list[str]:
         """The batched-token budget when the profile sets it, then the KV-cache dtype unless auto, in the

@@ -101,16 +101,13 @@ class Sglang(base.Engine):
             "SGLang ran out of memory capturing CUDA graphs outside its static memory: lower "
             "engine.gpuMemoryUtilization (SGLang's --mem-fraction-static) to leave more room, or lower maxNumSeqs",
         ),
-        base.CrashClass(
-            "model_path",
-            re.compile(
-                r"are not supported for now\. Supported architectures|Invalid repository ID or local directory|"
-                r"is not a valid JSON file|Can't load the configuration of"
-            ),
-            "SGLang could not load a model at the path it was given: check model.source, that the directory holds "
-            "the complete model (config.json, tokenizer, weights) readable by uid 1000 (or by the group "
-            "engine.fsGroup names), and that SGLang supports its architecture; offline, it cannot fall back to "
-            "downloading it",
+        base.model_unloadable(
+            "SGLang",
+            r"are not supported for now\. Supported architectures|Invalid repository ID or local directory|"
+            r"is not a valid JSON file|Can't load the configuration of",
+            "that the directory holds the complete model (config.json, tokenizer, weights) readable by uid 1000 "
+            "(or by the group engine.fsGroup names), and that SGLang supports its architecture; offline, it "
+            "cannot fall back to downloading it",
         ),
     )
 
@@ -139,16 +136,14 @@ class Sglang(base.Engine):
         return _CHUNKED_PREFILL_LARGEST
 
     def field_refusals(self, s: base.ServerSettings) -> list[base.Refusal]:
-        out = super().field_refusals(s)
-        if ":" in s.served_name:
-            out.append(
-                base.Refusal(
-                    "model.name",
-                    f"SGLang refuses a served model name with ':' ({s.served_name!r}): it reads 'model:adapter' as "
-                    "a LoRA adapter; rename it without ':'",
-                )
-            )
-        return out
+        return super().field_refusals(s) + base.refused_where(
+            (
+                ":" in s.served_name,
+                "model.name",
+                f"SGLang refuses a served model name with ':' ({s.served_name!r}): it reads 'model:adapter' as "
+                "a LoRA adapter; rename it without ':'",
+            ),
+        )
 
     def kv_budget(self, m: base.MemoryInputs) -> base.KvBudget:
         # The fraction is of the memory free before the weights load: the GPU less the CUDA context.

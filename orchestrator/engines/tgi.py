@@ -73,12 +73,11 @@ class Tgi(base.Engine):
             "engine.maxNumBatchedTokens or engine.maxModelLen, use kvCacheDtype fp8, or raise "
             "tensorParallelSize (run `deployctl plan` for the numbers)",
         ),
-        base.CrashClass(
-            "model_path",
-            re.compile(r"No local weights found in|Unsupported model type|is not a valid JSON file"),
-            "TGI could not load a model at the path it was given: check model.source and that the directory "
-            "holds the complete model in safetensors (config.json, tokenizer, *.safetensors); offline, TGI "
-            "cannot fall back to downloading it",
+        base.model_unloadable(
+            "TGI",
+            r"No local weights found in|Unsupported model type|is not a valid JSON file",
+            "that the directory holds the complete model in safetensors (config.json, tokenizer, *.safetensors); "
+            "offline, TGI cannot fall back to downloading it",
         ),
     )
 
@@ -108,16 +107,14 @@ class Tgi(base.Engine):
         return model_path
 
     def field_refusals(self, s: base.ServerSettings) -> list[base.Refusal]:
-        out = super().field_refusals(s)
-        if s.pipeline_parallel > 1:
-            out.append(
-                base.Refusal(
-                    "engine.pipelineParallelSize",
-                    "TGI has no pipeline parallelism: a copy is one launcher with --num-shard tensor-parallel "
-                    "shards on one node; use tensorParallelSize alone, or vLLM, SGLang or TensorRT-LLM for PP",
-                )
-            )
-        return out
+        return super().field_refusals(s) + base.refused_where(
+            (
+                s.pipeline_parallel > 1,
+                "engine.pipelineParallelSize",
+                "TGI has no pipeline parallelism: a copy is one launcher with --num-shard tensor-parallel "
+                "shards on one node; use tensorParallelSize alone, or vLLM, SGLang or TensorRT-LLM for PP",
+            ),
+        )
 
     def kv_budget(self, m: base.MemoryInputs) -> base.KvBudget:
         budget = m.total * m.fraction * WIGGLE_ROOM

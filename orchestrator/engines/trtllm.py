@@ -90,12 +90,11 @@ class TrtLlm(base.Engine):
             "TensorRT-LLM ran out of GPU memory creating its executor: lower engine.maxNumBatchedTokens "
             "(--max_num_tokens) or maxNumSeqs, or raise tensorParallelSize (check `deployctl plan`)",
         ),
-        base.CrashClass(
-            "model_path",
-            re.compile(r"Failed to infer model format|Unknown architecture for AutoModelForCausalLM"),
-            "TensorRT-LLM could not load a model at the path it was given: check model.source, that the directory "
-            "holds a complete Hugging Face checkpoint (config.json, tokenizer, weights) and that TensorRT-LLM's "
-            "PyTorch backend supports its architecture",
+        base.model_unloadable(
+            "TensorRT-LLM",
+            r"Failed to infer model format|Unknown architecture for AutoModelForCausalLM",
+            "that the directory holds a complete Hugging Face checkpoint (config.json, tokenizer, weights) and "
+            "that TensorRT-LLM's PyTorch backend supports its architecture",
         ),
     )
 
@@ -123,26 +122,22 @@ class TrtLlm(base.Engine):
         return posixpath.basename(model_path.rstrip("/"))
 
     def field_refusals(self, s: base.ServerSettings) -> list[base.Refusal]:
-        out = []
-        if s.kv_cache_dtype != "auto":
-            out.append(
-                base.Refusal(
-                    "engine.kvCacheDtype",
-                    "trtllm-serve has no KV-cache dtype flag: it takes fp8 KV from the checkpoint's quantization "
-                    "(kv_cache_quant_algo FP8 in hf_quant_config.json, as ModelOpt writes it) or from an "
-                    "--extra_llm_api_options file, which deployctl does not write; serve such a checkpoint with "
-                    "kvCacheDtype auto",
-                )
-            )
-        if not s.prefix_caching:
-            out.append(
-                base.Refusal(
-                    "engine.enablePrefixCaching",
-                    "TensorRT-LLM reuses KV blocks (prefix caching) unless an --extra_llm_api_options file says "
-                    "kv_cache_config.enable_block_reuse: false, which deployctl does not write; leave it true",
-                )
-            )
-        return out
+        return base.refused_where(
+            (
+                s.kv_cache_dtype != "auto",
+                "engine.kvCacheDtype",
+                "trtllm-serve has no KV-cache dtype flag: it takes fp8 KV from the checkpoint's quantization "
+                "(kv_cache_quant_algo FP8 in hf_quant_config.json, as ModelOpt writes it) or from an "
+                "--extra_llm_api_options file, which deployctl does not write; serve such a checkpoint with "
+                "kvCacheDtype auto",
+            ),
+            (
+                not s.prefix_caching,
+                "engine.enablePrefixCaching",
+                "TensorRT-LLM reuses KV blocks (prefix caching) unless an --extra_llm_api_options file says "
+                "kv_cache_config.enable_block_reuse: false, which deployctl does not write; leave it true",
+            ),
+        )
 
     def kv_budget(self, m: base.MemoryInputs) -> base.KvBudget:
         peak = m.weights + m.activation + m.non_torch + m.cuda_graphs  # measured after the warm-up

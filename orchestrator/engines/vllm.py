@@ -53,15 +53,12 @@ class Vllm(base.Engine):
             "engine.maxModelLen is above what the model supports (max_position_embeddings in its config.json): "
             "lower it, or check that model.architecture or model.config describes the weights the pod loads",
         ),
-        base.CrashClass(
-            "model_path",
-            re.compile(
-                r"Invalid repository ID or local directory specified|is not a valid JSON file|"
-                r"Repo id must be in the form|Can't load the configuration of"
-            ),
-            "vLLM could not read a model at the path it was given: check model.source (the claim or host path, "
-            "and path) and that the directory holds the complete model (config.json, tokenizer, weights) readable "
-            "by uid 1000 (or by the group engine.fsGroup names); offline, vLLM cannot fall back to downloading it",
+        base.model_unloadable(
+            "vLLM",
+            r"Invalid repository ID or local directory specified|is not a valid JSON file|"
+            r"Repo id must be in the form|Can't load the configuration of",
+            "that the directory holds the complete model (config.json, tokenizer, weights) readable by uid 1000 "
+            "(or by the group engine.fsGroup names); offline, vLLM cannot fall back to downloading it",
         ),
         base.CrashClass(
             "kv_cache",

@@ -182,24 +182,25 @@ class PvcVolumeSource(profile_base.Model):
     readOnly: bool = Field(default=False, description="Mount the claim read-only.")
 
 
-class ConfigMapVolumeSource(profile_base.Model):
+class _KeysAsFiles(profile_base.Model):
+    """What a ConfigMap and a Secret volume share: which keys become files, and whether the object may be missing."""
+
+    items: list[KeyToPath] = Field(
+        default_factory=list, description="Only these keys, at these paths; empty: every key, named after it."
+    )
+    optional: bool = Field(default=False, description="Start the pod even when the object is missing.")
+
+
+class ConfigMapVolumeSource(_KeysAsFiles):
     name: Annotated[str, profile_base.object_name_of("ConfigMap name")] = Field(
         description="Name of the ConfigMap; each key becomes a file."
     )
-    items: list[KeyToPath] = Field(
-        default_factory=list, description="Only these keys, at these paths; empty: every key, named after it."
-    )
-    optional: bool = Field(default=False, description="Start the pod even when the ConfigMap is missing.")
 
 
-class SecretVolumeSource(profile_base.Model):
+class SecretVolumeSource(_KeysAsFiles):
     secretName: Annotated[str, profile_base.object_name_of("Secret name")] = Field(
         description="Name of the Secret; each key becomes a file."
     )
-    items: list[KeyToPath] = Field(
-        default_factory=list, description="Only these keys, at these paths; empty: every key, named after it."
-    )
-    optional: bool = Field(default=False, description="Start the pod even when the Secret is missing.")
 
 
 class EmptyDirVolumeSource(profile_base.Model):
