@@ -672,13 +672,37 @@ def test_the_page_that_calls_the_crd_unchanged_since_0_1_0_is_right() -> None:
 
     text = " ".join(UPGRADING.read_text(encoding="utf-8").split())
     assert "differs from 0.1.0's in descriptions only" in text, "the page no longer says how the CRD changed"
+    said = "it adds `model.measured`, the `model.weightsDtype` values `mxfp4` and `nvfp4`, and the new catalog keys"
+    assert said in text, "the page no longer says what the unreleased CRD adds"
     rendered = yaml.safe_load(CliRunner().invoke(cli.main, ["render", "--format", "crd"]).stdout)
     old = yaml.safe_load(OLD_CRD.read_text(encoding="utf-8"))
-    assert _without_descriptions(rendered) == _without_descriptions(old), (
-        "docs/upgrading.md says the CRD changed in descriptions only since 0.1.0, and it changed more: say "
-        "what changed and what a downgrade does"
+    model = "/spec/versions/0/schema/openAPIV3Schema/properties/spec/properties/model/properties"
+    documented = {
+        f"{model}/measured",
+        f"{model}/weightsDtype/enum",
+        f"{model}/architecture/x-kubernetes-validations/0/rule",
+        f"{model}/architecture/x-kubernetes-validations/0/message",
+    }
+    assert _differences(_without_descriptions(old), _without_descriptions(rendered)) == documented, (
+        "docs/upgrading.md says what the CRD changed since 0.1.0 beyond descriptions, and it changed something "
+        "else: say what changed and what a downgrade does"
     )
     assert rendered != old, "the CRD is byte for byte 0.1.0's again: the page can say so"
+
+
+def _differences(old: Any, new: Any, path: str = "") -> set[str]:
+    """The paths where ``new`` differs from ``old``: a key added or removed, a value or list changed."""
+    if isinstance(old, dict) and isinstance(new, dict):
+        out: set[str] = set()
+        for key in old.keys() | new.keys():
+            if key not in old or key not in new:
+                out.add(f"{path}/{key}")
+            else:
+                out |= _differences(old[key], new[key], f"{path}/{key}")
+        return out
+    if isinstance(old, list) and isinstance(new, list) and len(old) == len(new):
+        return set().union(*(_differences(a, b, f"{path}/{i}") for i, (a, b) in enumerate(zip(old, new, strict=True))))
+    return set() if old == new else {path}
 
 
 def _without_descriptions(node: Any) -> Any:

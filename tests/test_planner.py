@@ -42,8 +42,11 @@ def make_profile(
     node_interconnect: str | None = None,
     nodes_per_copy: int | None = None,
     allow_cross_node_tp: bool = False,
+    measured: dict[str, float] | None = None,
 ) -> profile_schema.Profile:
     model: dict[str, Any] = {"name": "m", "source": {"pvc": "models"}, "weightsDtype": weights_dtype}
+    if measured is not None:
+        model["measured"] = measured
     if architecture:
         model["architecture"] = architecture
     else:
@@ -258,10 +261,14 @@ def test_tokens_are_whole_16_token_blocks() -> None:
 
 
 def test_concurrency_counts_whole_blocks_per_request_like_vllm() -> None:
-    # 1000 tokens need ceil(1000/16) = 63 blocks; vLLM logs blocks/63 and tokens = that × 1000.
+    # 1000 tokens need ceil(1000/16) = 63 blocks; vLLM logs blocks/63 as the concurrency, and since 0.20
+    # that × 1000 as "GPU KV cache size"; 0.19 logged the pool, blocks × 16 (476,016 tokens at
+    # max_model_len 2048, 4096 and 8192 alike in the llm-d Llama-3.1-8B logs).
     plan = planner.plan(make_profile(architecture="llama-3-8b", max_model_len=1000))
     assert plan.max_concurrency == pytest.approx(plan.kv_cache_blocks / 63)
     assert plan.kv_cache_tokens == int(plan.kv_cache_blocks / 63 * 1000)
+    before = planner.plan(make_profile(architecture="llama-3-8b", max_model_len=1000, vllm_version="0.19.0"))
+    assert before.kv_cache_tokens == before.kv_cache_blocks * 16
 
 
 def test_fp8_checkpoint_keeps_embedding_and_lm_head_in_16_bit() -> None:
@@ -392,6 +399,7 @@ def test_valid_tp_values_need_kv_heads_to_split_or_replicate_evenly() -> None:
     # 48 attention heads, 6 KV heads: TP 4 divides the heads but can neither split nor replicate 6 KV heads.
     arch = catalog.parse_config(
         {
+            "model_type": "llama",
             "hidden_size": 6144,
             "intermediate_size": 24576,
             "num_hidden_layers": 40,

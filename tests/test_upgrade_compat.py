@@ -9,6 +9,7 @@ from __future__ import annotations
 import copy
 import json
 import pathlib
+import re
 from typing import Any
 
 import pytest
@@ -29,6 +30,22 @@ IMAGE = "registry.internal/deployctl/controller@sha256:" + "ab" * 32
 # Keywords whose value bounds what a node accepts from below or above: the new one may only widen.
 _LOWER = ("minimum", "minLength", "minItems", "minProperties")
 _UPPER = ("maximum", "maxLength", "maxItems", "maxProperties")
+
+
+_MEMBERSHIP = re.compile(r"^(?P<subject>.+) in \[(?P<items>[^\]]*)\]$")
+
+
+def _widens(old_rule: str, new_rule: str) -> bool:
+    """Whether ``new_rule`` is ``old_rule``'s membership test (``X in [...]``, the catalog keys) over a
+    list that holds every old item: it accepts all the old rule did."""
+    old, new = _MEMBERSHIP.match(old_rule), _MEMBERSHIP.match(new_rule)
+    if old is None or new is None or old["subject"] != new["subject"]:
+        return False
+
+    def items(match: re.Match[str]) -> set[str]:
+        return {item.strip() for item in match["items"].split(",")}
+
+    return items(old) <= items(new)
 
 
 def stricter(old: dict[str, Any], new: dict[str, Any], path: str = "") -> list[str]:
@@ -55,7 +72,7 @@ def stricter(old: dict[str, Any], new: dict[str, Any], path: str = "") -> list[s
             found.append(f"{where}: {key} {old.get(key)} -> {new[key]}")
     old_rules = {r["rule"] for r in old.get("x-kubernetes-validations", [])}
     for rule in new.get("x-kubernetes-validations", []):
-        if rule["rule"] not in old_rules:
+        if rule["rule"] not in old_rules and not any(_widens(o, rule["rule"]) for o in old_rules):
             found.append(f"{where}: new or changed CEL rule {rule['rule']!r}")
     if old.get("x-kubernetes-preserve-unknown-fields") and not new.get("x-kubernetes-preserve-unknown-fields"):
         found.append(f"{where}: unknown fields no longer kept")
@@ -95,6 +112,21 @@ def test_this_crd_serves_every_version_0_1_0s_served_and_accepts_every_object_it
         assert "status" in _served(new)[name].get("subresources", {}), "the controller writes status through it"
 
 
+def _catalog_rule(schema: dict[str, Any]) -> dict[str, Any]:
+    """The CEL rule that holds model.architecture to the catalog's keys."""
+    rule: dict[str, Any] = schema["properties"]["spec"]["properties"]["model"]["properties"]["architecture"][
+        "x-kubernetes-validations"
+    ][0]
+    return rule
+
+
+def test_a_catalog_rule_over_more_keys_accepts_everything_the_old_one_did() -> None:
+    schema = _served(_old_crd())["v1"]["schema"]["openAPIV3Schema"]
+    widened = copy.deepcopy(schema)
+    _catalog_rule(widened)["rule"] = _catalog_rule(widened)["rule"].replace("]", ", 'gpt-oss-120b']")
+    assert stricter(schema, widened) == []
+
+
 @pytest.mark.parametrize(
     "change, says",
     [
@@ -116,6 +148,7 @@ def test_this_crd_serves_every_version_0_1_0s_served_and_accepts_every_object_it
             ),
             "CEL rule",
         ),
+        (lambda s: _catalog_rule(s).update(rule=_catalog_rule(s)["rule"].replace("'llama-3-8b', ", "")), "CEL rule"),
     ],
 )
 def test_the_compatibility_check_catches_a_schema_that_refuses_what_the_old_one_took(change: Any, says: str) -> None:

@@ -11,7 +11,6 @@ from __future__ import annotations
 import difflib
 import functools
 import json
-import math
 import pathlib
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -19,13 +18,11 @@ from importlib import resources
 
 import yaml
 
+from orchestrator.catalog import config as model_config
+from orchestrator.catalog.config import ConfigError, ModelArch
+
 _MODELS_DIR = "data/models"
 _GPUS_FILE = "data/gpus.yaml"
-
-# vLLM treats these rope types as not stretching the context beyond max_position_embeddings
-# (vllm/config/model.py, _get_and_verify_max_len).
-_ROPE_TYPES_WITHOUT_SCALING = {"default", "su", "longrope", "llama3", "mrope"}
-
 
 # The escape hatches an unknown name's message shows, each with a line to copy.
 _GPU_ESCAPE = (
@@ -41,37 +38,6 @@ _ARCH_ESCAPE = (
 
 class UnknownName(ValueError):
     """A GPU or architecture name the catalog does not hold; the message has the fix."""
-
-
-class ConfigError(ValueError):
-    """A config.json (or catalog file) lacks a field the VRAM math needs, or is not JSON."""
-
-
-@dataclass(frozen=True)
-class ModelArch:
-    """The architecture facts of one decoder-only model, as its config.json states them."""
-
-    source: str  # catalog key or file path, for messages
-    model_type: str
-    hidden_size: int
-    intermediate_size: int
-    num_hidden_layers: int
-    num_attention_heads: int
-    num_key_value_heads: int
-    head_dim: int
-    vocab_size: int
-    tie_word_embeddings: bool
-    torch_dtype: str
-    max_position_embeddings: int
-    max_model_len: int  # the longest context vLLM accepts without VLLM_ALLOW_LONG_MAX_MODEL_LEN
-    num_local_experts: int = 0  # 0: dense
-    num_experts_per_tok: int = 0
-    moe_intermediate_size: int = 0
-    qkv_bias: bool = False
-
-    @property
-    def is_moe(self) -> bool:
-        return self.num_local_experts > 0
 
 
 @dataclass(frozen=True)
@@ -102,7 +68,7 @@ def architecture(key: str) -> ModelArch:
     texts = _arch_texts()
     if key not in texts:
         raise KeyError(f"unknown architecture {key!r}; known: {', '.join(sorted(texts))}")
-    return _parse(_read_json(texts[key], key), key)
+    return model_config.parse(_read_json(texts[key], key), key)
 
 
 def gpu(key: str) -> Gpu:
@@ -157,14 +123,14 @@ def load_config(path: pathlib.Path) -> ModelArch:
     return config_from_text(text, str(path))
 
 
-def config_from_text(text: str, source: str) -> ModelArch:
-    """A ModelArch from the text of a config.json that ``source`` names."""
-    return _parse(_read_json(text, source), source)
+def config_from_text(text: str, source: str, *, measured: bool = False) -> ModelArch:
+    """A ModelArch from the text of a config.json that ``source`` names (``measured``: see config.parse)."""
+    return model_config.parse(_read_json(text, source), source, measured=measured)
 
 
 def parse_config(data: Mapping[str, object], source: str) -> ModelArch:
     """Build a ModelArch from an already-parsed config.json mapping."""
-    return _parse(data, source)
+    return model_config.parse(data, source)
 
 
 def _resolve(name: str, keys: list[str], what: str, escape: str) -> str:
@@ -218,70 +184,3 @@ def _read_json(text: str, source: str) -> dict[str, object]:
     if not isinstance(data, dict):
         raise ConfigError(f"{source} must hold a JSON object, as a Hugging Face config.json does")
     return data
-
-
-def _int(data: Mapping[str, object], key: str, source: str) -> int:
-    value = data.get(key)
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise ConfigError(f"{source}: field {key!r} must be a positive integer (got {value!r})")
-    return value
-
-
-def _parse(data: Mapping[str, object], source: str) -> ModelArch:
-    if "text_config" in data and "hidden_size" not in data:
-        raise ConfigError(
-            f"{source}: multimodal configs (with text_config) are not supported by the planner; "
-            "give the language model's own config.json"
-        )
-    hidden = _int(data, "hidden_size", source)
-    heads = _int(data, "num_attention_heads", source)
-    # Multi-head attention configs (older models) omit num_key_value_heads: every head has its own KV.
-    kv_heads = _int(data, "num_key_value_heads", source) if "num_key_value_heads" in data else heads
-    head_dim = _int(data, "head_dim", source) if data.get("head_dim") else hidden // heads
-    max_pos = _int(data, "max_position_embeddings", source)
-    experts = _count(data.get("num_local_experts") or data.get("num_experts"), source)
-    model_type = str(data.get("model_type", "unknown"))
-    return ModelArch(
-        source=source,
-        model_type=model_type,
-        hidden_size=hidden,
-        intermediate_size=_int(data, "intermediate_size", source),
-        num_hidden_layers=_int(data, "num_hidden_layers", source),
-        num_attention_heads=heads,
-        num_key_value_heads=kv_heads,
-        head_dim=head_dim,
-        vocab_size=_int(data, "vocab_size", source),
-        tie_word_embeddings=bool(data.get("tie_word_embeddings", False)),
-        # transformers ≥4.56 writes "dtype"; older configs write "torch_dtype".
-        torch_dtype=str(data.get("torch_dtype") or data.get("dtype") or "bfloat16"),
-        max_position_embeddings=max_pos,
-        max_model_len=_derived_max_len(data, max_pos),
-        num_local_experts=experts,
-        num_experts_per_tok=_count(data.get("num_experts_per_tok"), source) if experts else 0,
-        moe_intermediate_size=_count(data.get("moe_intermediate_size"), source) if experts else 0,
-        # Qwen2 puts a bias on q, k and v without saying so in config.json; others say attention_bias.
-        qkv_bias=model_type == "qwen2" or bool(data.get("attention_bias", False)),
-    )
-
-
-def _count(value: object, source: str) -> int:
-    """An optional count of a config.json (experts, a MoE size) as int() reads it; absent, 0 or null: 0."""
-    if not value:
-        return 0
-    if isinstance(value, int | float | str):
-        return int(value)
-    raise ConfigError(f"{source}: {value!r} is not a number")
-
-
-def _derived_max_len(data: Mapping[str, object], max_pos: int) -> int:
-    """The context limit vLLM derives: max_position_embeddings, stretched by a scaling rope."""
-    rope = data.get("rope_scaling") or {}
-    if not isinstance(rope, dict):
-        return max_pos
-    rope_type = str(rope.get("rope_type") or rope.get("type") or "default")
-    factor = rope.get("factor")
-    if rope_type in _ROPE_TYPES_WITHOUT_SCALING or not isinstance(factor, int | float):
-        return max_pos
-    original = _count(rope.get("original_max_position_embeddings"), "rope_scaling")
-    base = (original or max_pos) if rope_type == "yarn" else max_pos
-    return math.floor(base * factor)

@@ -8,12 +8,13 @@ engine refuses; the layout's own findings (``orchestrator.plan.layout``) join th
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
 from orchestrator import engines
 from orchestrator.catalog import lookup as catalog
-from orchestrator.plan import layout, memory
+from orchestrator.plan import kv_cache, layout, memory, weights_rule
 from orchestrator.plan.layout import Finding
 from orchestrator.profile import model as profile_schema
 
@@ -31,6 +32,8 @@ class Context:
     gpu: engines.MemoryInputs  # the GPU's memory as modelled, in GiB
     kv: engines.KvBudget  # what the engine's rule makes of it
     available: float  # GiB of KV cache per GPU, after any calibration
+    kv_layout: kv_cache.KvLayout  # how the KV cache holds the GPU's layers
+    weights: weights_rule.Weights  # how the linear weights are stored
 
     @property
     def engine(self) -> engines.Engine:
@@ -42,22 +45,22 @@ class Context:
 
     @property
     def kv_per_token(self) -> int:
-        return self.split.kv_bytes_per_token()
+        return self.kv_layout.bytes_per_token
 
     @property
     def blocks(self) -> int:
-        return max(0, math.floor(self.available * GIB / (self.kv_per_token * self.block_size)))
+        return self.kv_layout.blocks(self.available)
 
     @property
     def usable_tokens(self) -> int:
         # vLLM keeps one block back as the null block (the other engines near enough too); a
         # request must fit in the rest.
-        return max(0, self.blocks - 1) * self.block_size
+        return self.kv_layout.longest_request(self.blocks, self.batched_tokens)
 
     @property
     def concurrency(self) -> float:
         """Full-length (maxModelLen) sequences the KV cache holds at once."""
-        return self.blocks / math.ceil(self.profile.engine.maxModelLen / self.block_size)
+        return self.kv_layout.concurrency(self.blocks, self.profile.engine.maxModelLen, self.batched_tokens)
 
 
 def of(c: Context) -> list[Finding]:
@@ -69,6 +72,29 @@ def of(c: Context) -> list[Finding]:
     out += _memory_findings(c)
     out += _hardware_findings(c)
     out += _engine_findings(c)
+    out += _model_findings(c)
+    return out
+
+
+def _model_findings(c: Context) -> list[Finding]:
+    """The weights storage the profile overrides, and model families only vLLM's rule is known for."""
+    out: list[Finding] = []
+    if c.weights.disagreement:
+        out.append(Finding("weights-dtype-overrides-config", "warning", c.weights.disagreement, "model.weightsDtype"))
+    a = c.split.arch
+    if c.profile.engine.kind != "vllm" and (a.attention == "mla" or a.windows):
+        what = "multi-head latent attention" if a.attention == "mla" else "sliding-window attention"
+        out.append(
+            Finding(
+                "no-sizing-rule",
+                "error",
+                f"{a.source} ({a.family}) uses {what}; the planner knows how vLLM's KV cache holds it, not how "
+                f"{c.engine.title}'s does, and a dense-layer guess could be wrong several times over. Serve it with "
+                "engine.kind vllm, or state what the engine logged for it in model.measured "
+                "(docs/capacity.md#model-families).",
+                "engine.kind",
+            )
+        )
     return out
 
 
@@ -147,7 +173,7 @@ def _weights_do_not_fit(c: Context) -> Finding:
     gpn = c.profile.hardware.gpusPerNode
 
     def roomy(tp: int, pp: int) -> bool:  # weights that leave room for anything at all
-        split = layout.Split(a, tp, pp, c.split.weight_bytes, c.split.kv_bytes)
+        split = layout.Split(a, tp, pp, c.split.quant, c.split.kv_bytes)
         return memory.weights_bytes_per_gpu(split) / GIB < 0.8 * c.kv.budget
 
     # The smallest valid TP inside one node, else that node's TP with more pipeline stages across nodes.
@@ -180,9 +206,9 @@ def _weights_do_not_fit(c: Context) -> Finding:
 
 
 def _tokens_at(c: Context, kv_bytes: int) -> int:
-    per_token = c.kv_per_token * kv_bytes // c.split.kv_bytes
-    blocks = max(0, math.floor(c.available * GIB / (per_token * c.block_size)))
-    return max(0, blocks - 1) * c.block_size
+    """The longest request the KV cache would hold with ``kv_bytes`` per element instead."""
+    scaled = dataclasses.replace(c.kv_layout, layer_bytes=c.kv_layout.layer_bytes * kv_bytes // c.split.kv_bytes)
+    return scaled.longest_request(scaled.blocks(c.available), c.batched_tokens)
 
 
 def _kv_too_small(c: Context) -> Finding:
@@ -191,7 +217,7 @@ def _kv_too_small(c: Context) -> Finding:
     if c.split.kv_bytes == 2 and _tokens_at(c, 1) >= eng.maxModelLen:
         fixes.append("kvCacheDtype fp8 (halves KV memory per token)")
     # The utilization at which one full sequence (plus vLLM's null block) would fit.
-    needed_gib = (eng.maxModelLen + c.block_size) * c.kv_per_token / GIB - c.available
+    needed_gib = _request_bytes(c, eng.maxModelLen, extra_blocks=1) / GIB - c.available
     utilization = math.ceil((c.kv.budget + needed_gib) / c.gpu.total * 100) / 100
     if utilization <= 0.98:
         fixes.append(f"gpuMemoryUtilization {utilization:.2f}")
@@ -199,18 +225,26 @@ def _kv_too_small(c: Context) -> Finding:
     room = (
         f"{c.available:.2f} GiB per GPU is left for KV cache, room for {c.usable_tokens} tokens"
         if c.available > 0
-        else f"nothing is left for KV cache ({c.available:.2f} GiB per GPU after weights, activations, "
-        "non-torch memory and CUDA graphs)"
+        else f"nothing is left for KV cache: weights, activations, non-torch memory and CUDA graphs are short by "
+        f"{-c.available:.2f} GiB per GPU before one token is cached"
     )
     return Finding(
         "kv-too-small",
         "error",
         f"{room}, but one maxModelLen sequence needs {eng.maxModelLen} tokens "
-        f"({_gib(eng.maxModelLen * c.kv_per_token)} GiB per GPU): {c.engine.title} refuses to start. Fix: "
+        f"({_gib(_request_bytes(c, eng.maxModelLen))} GiB per GPU): {c.engine.title} refuses to start. Fix: "
         + layout.join_words([f for f in fixes if f], "or")
         + ".",
         "engine.maxModelLen",
     )
+
+
+def _request_bytes(c: Context, tokens: int, extra_blocks: int = 0) -> int:
+    """KV bytes per GPU one request of ``tokens`` tokens holds at its longest (sliding-window layers
+    only their window), with ``extra_blocks`` more blocks of the pool."""
+    kv = c.kv_layout
+    blocks = kv.blocks_per_request(tokens, c.batched_tokens) + extra_blocks
+    return blocks * kv.layer_bytes * kv.group_size * kv.block_size
 
 
 def _seqs_above_kv(c: Context) -> Finding:

@@ -16,7 +16,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from orchestrator.catalog import lookup as catalog
+from orchestrator.catalog import config as catalog
+from orchestrator.catalog import quantization
 from orchestrator.profile import model as profile_schema
 from orchestrator.profile import placement as profile_placement
 
@@ -70,7 +71,7 @@ class Split:
     arch: catalog.ModelArch
     tp: int
     pp: int
-    weight_bytes: float  # per quantizable (linear-layer) weight
+    quant: quantization.Quantization | None  # how the linear weights are stored; None: 16-bit
     kv_bytes: int  # per KV element
 
     @property
@@ -89,19 +90,15 @@ class Split:
 
     @property
     def mlp_width_per_gpu(self) -> int:
-        width = self.arch.moe_intermediate_size or self.arch.intermediate_size
+        width = self.arch.experts.width or self.arch.intermediate_size
         return math.ceil(width / self.tp)
-
-    def kv_bytes_per_token(self) -> int:
-        a = self.arch
-        return 2 * self.layers_per_gpu * self.kv_heads_per_gpu * a.head_dim * self.kv_bytes
 
 
 def valid_tensor_parallel_sizes(arch: catalog.ModelArch, limit: int = 64) -> list[int]:
     """TP sizes vLLM accepts for ``arch``: they divide the attention heads and the MLP width, and the
     KV heads either split evenly across them or are replicated an equal number of times."""
     kv = arch.num_key_value_heads
-    width = arch.moe_intermediate_size or arch.intermediate_size
+    width = arch.experts.width or arch.intermediate_size
     return [
         tp
         for tp in range(1, limit + 1)

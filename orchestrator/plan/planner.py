@@ -12,12 +12,14 @@ vLLM (V1 engine, ``vllm/v1/worker/gpu_worker.py`` ``determine_available_memory``
 
 where the CUDA-graph estimate is only subtracted since vLLM 0.21.0 (when
 ``VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS`` became 1). The KV memory is cut into blocks of 16 tokens ×
-every attention layer on the GPU (``vllm/v1/core/kv_cache_planning.py``), and the start-up log reports
-``blocks / ceil(max_model_len / 16)`` as the maximum concurrency and that times ``max_model_len`` as
-"GPU KV cache size: N tokens" (``vllm/v1/core/kv_cache_utils.py``). Weights are counted from the
-config; the activation peak, non-torch memory and CUDA-graph estimate are modelled from published
-start-up logs (see docs/capacity.md, and the datapoints in tests/test_planner.py that keep the model
-honest).
+every attention layer on the GPU (``vllm/v1/core/kv_cache_planning.py``; sliding-window models in
+groups, ``orchestrator.plan.kv_cache``), and the start-up log reports the blocks a full-length request
+needs as the maximum concurrency and the pool's tokens as "GPU KV cache size: N tokens"
+(``vllm/v1/core/kv_cache_utils.py``). Weights and KV bytes per token are counted from the config by
+its family's rule (``orchestrator.catalog.config``, ``orchestrator.plan.memory``), quantized as its
+``quantization_config`` says; the activation peak, non-torch memory and CUDA-graph estimate are
+modelled from published start-up logs (see docs/capacity.md, and the datapoints in
+tests/test_planner.py and tests/test_planner_families.py that keep the model honest).
 
 A copy may span nodes (one pod per node): each GPU is sized for its own pipeline stage, and the layout
 findings (``orchestrator.plan.layout``) keep tensor-parallel groups inside a node and say what crosses the
@@ -34,9 +36,10 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, TypedDict
 
 from orchestrator import engines, errors, user_files
+from orchestrator.catalog import config as model_config
 from orchestrator.catalog import lookup as catalog
 from orchestrator.engines import vllm_flags
-from orchestrator.plan import findings, layout, memory
+from orchestrator.plan import findings, kv_cache, layout, memory, weights_rule
 from orchestrator.profile import model as profile_schema
 
 # Findings are the layout module's type: it sits below the planner and must not import it. These
@@ -48,6 +51,13 @@ product_labels_missing = findings.product_labels_missing
 Verdict = Literal["fits", "does-not-fit", "invalid"]
 SEVERITY_ORDER: dict[str, int] = {"info": 0, "warning": 1, "error": 2, "invalid": 3}
 
+# What a user can do when the planner has no rule for the model: never a guess.
+NO_RULE_ESCAPE = (
+    "The planner refuses rather than guess. State what vLLM logged for this model on these GPUs (a trial "
+    "start with the same TP and PP) in model.measured: weightsGiBPerGpu (`Model loading took X GiB`) and "
+    "kvBytesPerTokenPerGpu (`Available KV cache memory` × 2^30 ÷ `GPU KV cache size`); see "
+    "docs/capacity.md#model-families"
+)
 CONFIG_BYTES = 4 << 20  # model.config: a Hugging Face config.json is a few KiB
 # Memory vLLM's process holds outside PyTorch's allocator after profiling (CUDA graphs' private pools
 # aside): cuBLAS/attention workspaces on one GPU; with tensor parallelism also NCCL communicators and
@@ -73,14 +83,6 @@ DEFAULT_BATCHED_TOKENS_LARGE = 16384  # ≥ 160 GiB
 DEFAULT_BATCHED_TOKENS_HOPPER = 8192  # ≥ 70 GiB, not A100
 DEFAULT_BATCHED_TOKENS_OTHER = 2048
 
-_WEIGHT_BYTES: dict[str, float] = {
-    "bf16": 2.0,
-    "fp16": 2.0,
-    "fp8": 1.0,
-    "int8": 1.0,
-    # 4-bit GPTQ/AWQ: half a byte per weight plus a 16-bit scale and a 4-bit zero point per group of 128.
-    "int4": 0.5 + 2.5 / 128,
-}
 _KV_BYTES: dict[str, int] = {"fp8": 1, "fp8_e4m3": 1, "fp8_e5m2": 1}
 
 
@@ -124,6 +126,11 @@ class PlanInputs(TypedDict):
     experts: int
     weights_dtype: str
     weights_bytes_per_param: float
+    quantization: dict[str, object] | None
+    attention: str
+    sliding_window_layers: int
+    kv_layer_slots: int
+    measured: bool  # sized by model.measured, not by the family's rules
     kv_cache_dtype: str
     kv_cache_bytes_per_element: int
     tensor_parallel_size: int
@@ -254,31 +261,59 @@ def plan(profile: profile_schema.Profile, calibration: Calibration | None = None
     gpu = catalog.gpu(hw.gpu) if hw.gpu else None
     total_gib = hw.memoryGiB if hw.memoryGiB is not None else (gpu.memory_gib if gpu else 0.0)
     native_fp8 = hw.fp8 if hw.fp8 is not None else (gpu.fp8 if gpu else False)
-    weights_dtype = _weights_dtype(profile.model.weightsDtype, arch)
+    weights = weights_rule.resolve(profile.model.weightsDtype, arch)
     kv_dtype_bytes = _KV_BYTES.get(eng.kvCacheDtype, 2)
-    split = layout.Split(
-        arch, eng.tensorParallelSize, eng.pipelineParallelSize, _WEIGHT_BYTES[weights_dtype], kv_dtype_bytes
-    )
+    split = layout.Split(arch, eng.tensorParallelSize, eng.pipelineParallelSize, weights.quant, kv_dtype_bytes)
     batched_tokens = _batched_tokens(profile, gpu, total_gib)
     gpu_memory = _memory_inputs(profile, split, total_gib, batched_tokens)
     # Each engine turns the same model of the GPU into its KV cache by its own rule (engines.*.kv_budget).
     kv = eng.engine.kv_budget(gpu_memory)
     available = kv.kv - (calibration.overhead_gib if calibration else 0.0)
-    c = findings.Context(profile, split, native_fp8, batched_tokens, gpu_memory, kv, available)
-    whole_model = layout.Split(arch, 1, 1, split.weight_bytes, kv_dtype_bytes)
+    kv_layout = _kv_layout(profile, split)
+    c = findings.Context(profile, split, native_fp8, batched_tokens, gpu_memory, kv, available, kv_layout, weights)
+    whole_model = _kv_layout(profile, layout.Split(arch, 1, 1, weights.quant, kv_dtype_bytes))
     return Plan(
         weights_gib_per_gpu=c.gpu.weights,
         kv_bytes_per_token_per_gpu=c.kv_per_token,
-        kv_bytes_per_token_model=whole_model.kv_bytes_per_token(),
+        kv_bytes_per_token_model=whole_model.bytes_per_token,
         kv_cache_gib_per_gpu=c.available,
         kv_cache_blocks=c.blocks,
-        kv_cache_tokens=int(c.concurrency * eng.maxModelLen),
+        kv_cache_tokens=kv_layout.logged_tokens(
+            c.blocks, eng.maxModelLen, batched_tokens, group_aware=_group_aware_log(profile)
+        ),
         max_concurrency=c.concurrency,
         max_model_len_that_fits=c.usable_tokens,
         memory=MemorySplit.of(gpu_memory, kv, c.available),
-        inputs=_inputs(c, weights_dtype, kv, calibration),
+        inputs=_inputs(c, weights.dtype, kv, calibration),
         findings=tuple(sorted(findings.of(c), key=lambda f: -SEVERITY_ORDER[f.severity])),
     )
+
+
+def _kv_layout(profile: profile_schema.Profile, split: layout.Split) -> kv_cache.KvLayout:
+    """How the engine's KV cache holds this GPU's layers: vLLM's hybrid manager groups sliding-window
+    and full-attention layers apart since 0.10 (``kv_cache``); every engine otherwise sizes each layer
+    in full (the findings refuse the families whose rule is unknown for the other engines)."""
+    eng = profile.engine
+    hybrid = eng.kind == "vllm" and kv_cache.hybrid_manager(
+        _version(eng.engine_version), vllm_flags.has_flag(eng.extraArgs, "--disable-hybrid-kv-cache-manager")
+    )
+    measured = profile.model.measured
+    if measured is not None:  # as logged: one figure per token, every layer in it
+        return kv_cache.layout((), 1, measured.kvBytesPerTokenPerGpu, eng.engine.block_size, hybrid=False)
+    layer = memory.kv_bytes_per_layer(split)
+    return kv_cache.layout(split.arch.windows, split.layers_per_gpu, layer, eng.engine.block_size, hybrid)
+
+
+def _group_aware_log(profile: profile_schema.Profile) -> bool:
+    """Whether the engine logs its KV cache as requests × length (every engine but vLLM before 0.20,
+    which logged the block pool; ``kv_cache``)."""
+    eng = profile.engine
+    return eng.kind != "vllm" or _version(eng.engine_version) >= kv_cache.GROUP_AWARE_LOG_SINCE
+
+
+def _weights_gib(profile: profile_schema.Profile, split: layout.Split) -> float:
+    measured = profile.model.measured
+    return measured.weightsGiBPerGpu if measured is not None else memory.weights_bytes_per_gpu(split) / memory.GIB
 
 
 def _memory_inputs(
@@ -292,7 +327,7 @@ def _memory_inputs(
     return engines.MemoryInputs(
         total=total_gib,
         fraction=eng.gpuMemoryUtilization,
-        weights=memory.weights_bytes_per_gpu(split) / memory.GIB,
+        weights=_weights_gib(profile, split),
         activation=memory.activation_bytes(split, batched_tokens, eng.maxNumSeqs) / memory.GIB,
         non_torch=non_torch,
         cuda_graphs=graphs if _cuda_graphs_reserved(profile) else 0.0,
@@ -316,9 +351,14 @@ def _inputs(
         "head_dim": arch.head_dim,
         "hidden_size": arch.hidden_size,
         "vocab_size": arch.vocab_size,
-        "experts": arch.num_local_experts,
+        "experts": arch.experts.count,
         "weights_dtype": weights_dtype,
-        "weights_bytes_per_param": split.weight_bytes,
+        "weights_bytes_per_param": split.quant.bytes_per_weight if split.quant else float(memory.SIXTEEN_BIT),
+        "quantization": split.quant.to_json() if split.quant else None,
+        "attention": arch.attention,
+        "sliding_window_layers": arch.sliding_layers,
+        "kv_layer_slots": c.kv_layout.slots,
+        "measured": c.profile.model.measured is not None,
         "kv_cache_dtype": eng.kvCacheDtype,
         "kv_cache_bytes_per_element": split.kv_bytes,
         "tensor_parallel_size": split.tp,
@@ -377,7 +417,7 @@ def _problems(profile: profile_schema.Profile, result: Plan, severity: Severity,
 # --- inputs ------------------------------------------------------------------------------------
 
 
-def _architecture(profile: profile_schema.Profile) -> catalog.ModelArch:
+def _architecture(profile: profile_schema.Profile) -> model_config.ModelArch:
     model = profile.model
     if model.architecture is not None:
         return catalog.architecture(model.architecture)
@@ -387,21 +427,16 @@ def _architecture(profile: profile_schema.Profile) -> catalog.ModelArch:
         # A regular file of at most a few MiB (a config.json is a few KiB): never /dev/zero or a FIFO.
         raw = user_files.read(path, "model config", CONFIG_BYTES)
         if len(raw) > CONFIG_BYTES:
-            raise catalog.ConfigError(f"{path} is over {CONFIG_BYTES:,} bytes; a config.json is a few KiB")
-        return catalog.config_from_text(raw.decode("utf-8"), str(path))
+            raise model_config.ConfigError(f"{path} is over {CONFIG_BYTES:,} bytes; a config.json is a few KiB")
+        return catalog.config_from_text(raw.decode("utf-8"), str(path), measured=model.measured is not None)
     except errors.UsageError as e:
         raise errors.InvalidProfile(f"model.config: {e.message}") from e
     except UnicodeDecodeError as e:
         raise errors.InvalidProfile(f"model.config: {path} is not UTF-8 text; give the model's config.json") from e
-    except catalog.ConfigError as e:
+    except model_config.ConfigError as e:
         raise errors.InvalidProfile(f"model.config: {e}; give the model's Hugging Face config.json") from e
-
-
-def _weights_dtype(requested: str, arch: catalog.ModelArch) -> str:
-    if requested != "auto":
-        return requested
-    # vLLM's dtype "auto" keeps a 16-bit checkpoint's dtype and serves float32 checkpoints in 16 bits.
-    return "fp16" if arch.torch_dtype in ("float16", "fp16", "half") else "bf16"
+    except model_config.UnsupportedArchitecture as e:
+        raise errors.DoesNotFit(f"model.config{profile.where('model.config')}: {e}. {NO_RULE_ESCAPE}") from e
 
 
 def _batched_tokens(profile: profile_schema.Profile, gpu: catalog.Gpu | None, total_gib: float) -> int:

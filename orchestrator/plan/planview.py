@@ -28,7 +28,7 @@ def render_table(profile: Profile, plan: Plan, *, color: bool) -> str:
         ],
         ["  non-torch (CUDA context, NCCL)", f"{m.non_torch_gib:.2f} GiB"],
         ["  CUDA graphs", f"{m.cuda_graphs_gib:.2f} GiB"],
-        ["  KV cache", f"{m.kv_cache_gib:.2f} GiB"],
+        ["  KV cache", _kv_cache(m.kv_cache_gib)],
         ["headroom outside the budget", f"{m.headroom_gib:.2f} GiB"],
         [
             f"KV per token per GPU ({i['kv_cache_dtype']}, {i['kv_heads_per_gpu']} KV heads/GPU)",
@@ -68,3 +68,8 @@ def render_table(profile: Profile, plan: Plan, *, color: bool) -> str:
         )
         lines.append(f"  {label}: {f.message}")
     return "\n".join(lines)
+
+
+def _kv_cache(gib: float) -> str:
+    """The KV cache row: its size, or how far the other terms overrun the budget (never a negative size)."""
+    return f"{gib:.2f} GiB" if gib >= 0 else f"none: short by {-gib:.2f} GiB"

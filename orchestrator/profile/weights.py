@@ -42,6 +42,19 @@ class HostPathSource(profile_base.Model):
         return v
 
 
+class MeasuredSizing(profile_base.Model):
+    """Per-GPU figures from one start-up of the same model, GPU, vLLM version, TP and PP."""
+
+    weightsGiBPerGpu: float = Field(
+        gt=0, description="The weights on one GPU: vLLM's start-up line `Model loading took X GiB`."
+    )
+    kvBytesPerTokenPerGpu: int = Field(
+        gt=0,
+        description="KV-cache bytes one token takes on one GPU: `Available KV cache memory` (GiB) × 2^30 ÷ "
+        "`GPU KV cache size` (tokens).",
+    )
+
+
 def _source_kind(value: object) -> str | None:
     """Pick the weights-source model by its key, so errors speak of one kind, not both."""
     if isinstance(value, dict):
@@ -66,10 +79,19 @@ class ModelSpec(profile_base.Model):
         description="Path to the model's Hugging Face config.json, relative to the profile file, for models "
         "outside the catalog. Give this or `architecture`.",
     )
-    weightsDtype: Literal["auto", "bf16", "fp16", "fp8", "int8", "int4"] = Field(
+    weightsDtype: Literal["auto", "bf16", "fp16", "fp8", "int8", "int4", "mxfp4", "nvfp4"] = Field(
         default="auto",
-        description="Data type of the checkpoint weights. `auto` reads torch_dtype from the config (bf16 for "
-        "most current models), as vLLM does.",
+        description="Data type of the checkpoint's linear weights. `auto` reads the config's quantization_config "
+        "(fp8, mxfp4, awq, gptq, compressed-tensors, bitsandbytes) or else its torch_dtype, as vLLM does; an "
+        "explicit value overrides the config, with a warning when the two disagree.",
+    )
+    measured: MeasuredSizing | None = Field(
+        default=None,
+        # Left out of dumps when unset, so profiles written before the field keep their content hash
+        # (and their rendered pods their template) across a deployctl upgrade.
+        exclude_if=lambda value: value is None,
+        description="What vLLM logged for this model on these GPUs, used instead of the planner's rules: the "
+        "way to plan a model family or quantization the planner has no rule for (docs/capacity.md#model-families).",
     )
     source: Annotated[
         Annotated[PvcSource, pydantic.Tag("pvc")] | Annotated[HostPathSource, pydantic.Tag("hostPath")],
