@@ -7,6 +7,7 @@ that reproduces the run; the test plans it and compares with what that vLLM prin
 
 from __future__ import annotations
 
+import json
 import pathlib
 import re
 from typing import Any
@@ -106,11 +107,7 @@ def test_hybrid_groups_pad_the_smaller_kind_like_vllm() -> None:
 
 
 def test_an_unknown_model_type_is_refused_with_exit_3_and_the_escape_hatch(tmp_path: pathlib.Path) -> None:
-    config = tmp_path / "config.json"
-    config.write_text(
-        '{"model_type": "jamba", "hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32,'
-        ' "num_attention_heads": 32, "num_key_value_heads": 8, "vocab_size": 65536, "max_position_embeddings": 32768}'
-    )
+    config = _jamba_config(tmp_path)
     profile = make_profile(config=str(config))
     with pytest.raises(errors.DoesNotFit) as refused:
         planner.check(profile, allow_unfit=True)
@@ -119,11 +116,7 @@ def test_an_unknown_model_type_is_refused_with_exit_3_and_the_escape_hatch(tmp_p
 
 
 def test_model_measured_plans_a_model_without_a_rule(tmp_path: pathlib.Path) -> None:
-    config = tmp_path / "config.json"
-    config.write_text(
-        '{"model_type": "jamba", "hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32,'
-        ' "num_attention_heads": 32, "num_key_value_heads": 8, "vocab_size": 65536, "max_position_embeddings": 32768}'
-    )
+    config = _jamba_config(tmp_path)
     profile = make_profile(config=str(config), measured={"weightsGiBPerGpu": 40.0, "kvBytesPerTokenPerGpu": 65536})
     plan = planner.plan(profile)
     assert plan.weights_gib_per_gpu == 40.0 and plan.kv_bytes_per_token_per_gpu == 65536
@@ -190,6 +183,15 @@ def test_other_engines_refuse_families_whose_kv_rule_is_vllms_only() -> None:
     profile = make_profile(architecture="deepseek-v2-lite", **_h100())
     sglang = profile.model_copy(update={"engine": profile.engine.model_copy(update={"kind": "sglang"})})
     assert codes(planner.plan(sglang))["no-sizing-rule"].severity == "error"
+
+
+def _jamba_config(tmp_path: pathlib.Path) -> pathlib.Path:
+    """A config.json of a model_type the planner has no rule for (a state-space hybrid)."""
+    config = tmp_path / "config.json"
+    config.write_text(
+        json.dumps({**_llama(), "model_type": "jamba", "vocab_size": 65536, "max_position_embeddings": 32768})
+    )
+    return config
 
 
 def _h100(**override: Any) -> dict[str, Any]:
