@@ -171,6 +171,14 @@ def test_an_explicit_weights_dtype_that_disagrees_with_the_config_is_a_warning()
     assert plan.inputs["weights_dtype"] == "bf16"
 
 
+def test_mxfp4_on_a_dense_model_is_sized_16_bit_and_says_so() -> None:
+    dense = planner.plan(make_profile(architecture="llama-3-8b", weights_dtype="mxfp4"))
+    assert dense.weights_gib_per_gpu == pytest.approx(
+        planner.plan(make_profile(architecture="llama-3-8b")).weights_gib_per_gpu
+    )
+    assert "dense" in codes(dense)["weights-dtype-overrides-config"].message
+
+
 def test_a_deficit_is_said_as_a_deficit_not_a_negative_cache() -> None:
     # Weights 32.9 GiB fit the 35.5 GiB budget, but activations, NCCL and CUDA graphs take the rest and more.
     plan = planner.plan(make_profile(architecture="llama-3-70b", tp=4, gpu="A100-40GB", gpus_per_node=8))

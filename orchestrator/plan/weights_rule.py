@@ -36,7 +36,13 @@ def resolve(requested: str, arch: catalog.ModelArch) -> Weights:
         return Weights(requested, configured, None)  # the config's rule is the more exact one
     quant = None if requested in SIXTEEN_BIT else quantization.EXPLICIT[requested]
     disagreement = None
-    if configured is not None:
+    if quant is not None and quant.groups == {"experts"} and not arch.is_moe:
+        # vLLM's MXFP4 method quantizes fused MoE experts only: a dense model has none to store in it.
+        disagreement = (
+            f"model.weightsDtype {requested} stores MoE experts only, and {arch.source} is dense: vLLM serves its "
+            "weights in 16 bits, and so does the plan. Use a dense model's dtype (fp8, int8, int4, nvfp4) or auto."
+        )
+    elif configured is not None:
         disagreement = (
             f"model.weightsDtype {requested} overrides the checkpoint's quantization_config "
             f"({configured.method}, {configured.scheme}: {configured.rule}); vLLM loads what the checkpoint holds, "
