@@ -17,7 +17,7 @@ import re
 from collections.abc import Mapping
 from typing import ClassVar
 
-from orchestrator.engines import flag_table, startup_log
+from orchestrator.engines import flag_table, startup_log, startup_phases
 
 # The profile's KV-cache dtypes (engine.kvCacheDtype); each engine maps the ones it honours to its value.
 KV_CACHE_DTYPES = ("auto", "fp8", "fp8_e4m3", "fp8_e5m2")
@@ -153,6 +153,8 @@ class Engine(abc.ABC):
     memory_source: ClassVar[str]  # where the memory rule below comes from (file and function)
     # Why the engine refuses a copy across nodes (None: it runs one).
     single_node: ClassVar[str | None] = None
+    # The log lines that time its start-up phases (``startup_phases``); none: it logs no timings.
+    phase_lines: ClassVar[tuple[startup_phases.PhaseLine, ...]] = ()
 
     @abc.abstractmethod
     def args(self, s: ServerSettings) -> list[str]:
@@ -178,6 +180,10 @@ class Engine(abc.ABC):
     def memory_warnings(self, m: MemoryInputs, kv: KvBudget) -> list[str]:
         """What the engine's rule leaves too small outside the KV cache, in plain words (none by default)."""
         return []
+
+    def phases(self, text: str) -> dict[str, float]:
+        """Seconds per start-up phase the engine's log ``text`` times (``startup_phases.PHASES``)."""
+        return startup_phases.read(self.phase_lines, text)
 
     @abc.abstractmethod
     def parse_startup(self, pod: str, text: str) -> startup_log.Observation | None:

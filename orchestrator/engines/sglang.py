@@ -28,7 +28,7 @@ import re
 from collections.abc import Mapping
 from typing import ClassVar
 
-from orchestrator.engines import base, startup_log
+from orchestrator.engines import base, startup_log, startup_phases
 
 _KV = re.compile(r"KV Cache is allocated\..*?#tokens: (\d+)")
 _SCHEDULER = re.compile(r"max_total_num_tokens=(\d+),.*?context_len=(\d+)")
@@ -71,6 +71,13 @@ class Sglang(base.Engine):
         "--dist-init-addr": "placement.nodesPerCopy",
     }
     memory_source = "sglang/srt/mem_cache/kv_cache_configurator.py _profile_available_bytes"
+    # "Load weight end." carries its elapsed time since late 2025; graph capture is timed per batch
+    # kind in newer builds ("Capture target decode CUDA graph end. elapsed=...") and those add up.
+    phase_lines = (
+        startup_phases.line("model_load", r"Load weight end\. elapsed=([\d.]+) s"),
+        startup_phases.line("cuda_graphs", r"Capture cuda graph end\. Time elapsed: ([\d.]+) s"),
+        startup_phases.line("cuda_graphs", r"Capture \w+ \w+ CUDA graph end\. elapsed=([\d.]+) s", combine="sum"),
+    )
     single_node = (
         "deployctl runs SGLang copies on one node only (SGLang's own --nnodes rendezvous is not rendered yet); "
         "fit the copy on one node's GPUs, or use vLLM for copies across nodes"

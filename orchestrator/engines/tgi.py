@@ -27,7 +27,7 @@ import re
 from collections.abc import Mapping
 from typing import ClassVar
 
-from orchestrator.engines import base, startup_log
+from orchestrator.engines import base, startup_log, startup_phases
 
 WIGGLE_ROOM = 0.90  # TGI_WIGGLE_ROOM since v3.3 (0.93 in v3.1-3.2, 0.95 in v3.0)
 
@@ -59,6 +59,8 @@ class Tgi(base.Engine):
         "--usage-stats": "airgap.offline (off while offline)",
     }
     memory_source = "server/text_generation_server/models/flash_causal_lm.py FlashCausalLM.warmup"
+    # The launcher times each shard from its start to ready (weights, warm-up): the slowest bounds the copy.
+    phase_lines = (startup_phases.line("shard_ready", r"Shard ready in ([\d.]+)s rank=\d+"),)
     single_node = "TGI runs a copy on one node only; fit it on one node's GPUs, or use vLLM for copies across nodes"
     # router/src/lib.rs: max_completion_tokens is a serde alias of max_tokens, so both is a duplicate field.
     output_limit_fields = ("max_tokens",)

@@ -11,7 +11,7 @@ import re
 from collections.abc import Mapping
 from typing import ClassVar
 
-from orchestrator.engines import base, flag_table, startup_log, vllm_flags
+from orchestrator.engines import base, flag_table, startup_log, startup_phases, vllm_flags
 
 # vLLM prints the same lines on GPU and CPU builds (vllm/v1/core/kv_cache_utils.py, gpu_model_runner.py):
 #     GPU KV cache size: 42,656 tokens                       (CPU KV cache size: … on the CPU build)
@@ -40,6 +40,23 @@ class Vllm(base.Engine):
     kv_cache_dtypes: ClassVar[Mapping[str, str]] = base.kv_dtypes()
     reserved: ClassVar[Mapping[str, str]] = vllm_flags.reserved_flags()
     memory_source = "vllm/v1/worker/gpu_worker.py determine_available_memory"
+    # Wordings by version (tests/data/startup_phases names each source): "Model loading took X GiB and Y
+    # seconds" became "... GiB memory and ...", "torch.compile takes" became "took" and the V1 profiling
+    # run got its own line ("Initial profiling/warmup run took", PR #36098; V0: "Memory profiling takes"),
+    # and "init engine ... took X seconds" became "... took X s (compilation: Y s)".
+    phase_lines = (
+        startup_phases.line("weights_read", r"Loading weights took ([\d.]+) seconds"),
+        startup_phases.line("model_load", r"Model loading took [\d.]+ ?GiB (?:memory )?and ([\d.]+) seconds"),
+        startup_phases.line("dynamo", r"Dynamo bytecode transform time: ([\d.]+) s"),
+        startup_phases.line("compile", r"torch\.compile (?:takes|took) ([\d.]+) s in total"),
+        startup_phases.line(
+            "profiling", r"Initial profiling/warmup run took ([\d.]+) s|Memory profiling takes ([\d.]+) seconds"
+        ),
+        startup_phases.line("cuda_graphs", r"Graph capturing finished in ([\d.]+) secs"),
+        startup_phases.line(
+            "engine_init", r"init engine \(profile, create kv cache, warmup model\) took ([\d.]+) (?:seconds|s)"
+        ),
+    )
     crash_classes = (
         base.CrashClass(
             "engine_args",
