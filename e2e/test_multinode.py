@@ -139,6 +139,11 @@ def test_405b_tp8_pp2_across_two_h100_nodes_plans_applies_gates_and_records(env:
         assert pod.spec.containers[0].resources.limits["nvidia.com/gpu"] == "8"
         assert pod.metadata.labels["deployctl.dev/copy"] == cluster["metadata"]["name"]
 
+    # The time to serving times every member of the copy, each on its own node.
+    timed = out["time_to_serving"]["pods"]
+    assert sorted(p["pod"] for p in timed) == sorted(p.metadata.name for p in members)
+    assert {p["node"] for p in timed} == placed and all(p["steps"]["engine_start"] is not None for p in timed)
+
     status = env.status()
     assert status["replicas"] == {"desired": 1, "ready": 1, "updated": 1}
     assert sorted((p["role"], p["gpus"]) for p in status["pods"]) == [("leader", 8), ("worker", 8)]

@@ -151,8 +151,16 @@ def test_install_gates_on_the_real_server_and_records_predicted_against_observed
     assert API_KEY not in json.dumps(record) + result.stdout + result.stderr  # the gate read it; nothing kept it
     (seen,) = record["observed"]
     assert seen["device"] == "CPU" and seen["kv_cache_tokens"] == 2_097_152 and seen["max_model_len"] == 2048
+    # Time to serving: until the smoke run's first token, the engine's phases read from vLLM's own lines.
+    serving = record["time_to_serving"]
+    assert serving["until"] == "first_token" and set(serving["steps"]) == {"rollout", "health", "first_token"}
+    assert serving == out["time_to_serving"]
+    (pod,) = serving["pods"]
+    assert {"model_init", "weights_read", "engine_init"} <= set(pod["engine"]), pod
+    assert pod["steps"]["engine_start"] is not None and pod["steps"]["scheduling"] is not None, pod
     status = deployctl(real_env.kubeconfig, "status", "llm", "-n", real_env.namespace)
     assert status.code == 0, status.stderr
+    assert "time to serving: " in status.stdout and "weights read" in status.stdout, status.stdout
     planned = record["plan"]["kv_cache_tokens"]
     assert f"planner: KV cache {planned:,} tokens planned, 2,097,152 observed" in status.stdout, status.stdout
     history = deployctl(real_env.kubeconfig, "history", "llm", "-n", real_env.namespace)

@@ -25,6 +25,8 @@ from deployhelpers import ReleaseEnv, Result, deployctl, profile, write_profile
 
 REPO = Path(__file__).resolve().parent.parent
 V010 = "6175418"  # deployctl 0.1.0, the release before record formats
+WRITES = 4  # the record format the deployctl under test writes
+NEWER = WRITES + 1  # a format no deployctl writes yet
 RECORD_LABELS = "deployctl.dev/release-record=true,deployctl.dev/release=llm"
 
 
@@ -91,15 +93,19 @@ def max_num_seqs(env: ReleaseEnv) -> str:
     return str(words[words.index("--max-num-seqs") + 1])
 
 
-def plant_format_4(env: ReleaseEnv, revision: int) -> str:
-    """Revision ``revision`` as a future deployctl might write it: format 4, with a field this
+def plant_newer_format(env: ReleaseEnv, revision: int) -> str:
+    """Revision ``revision`` as a future deployctl might write it: format NEWER, with a field this
     deployctl has never heard of, chained onto the newest record."""
     newest = records(env)[f"deployctl.llm.v{revision - 1}"]
     body = json.loads(newest.data["record.json"])
-    body |= {"revision": revision, "format": 4, "witness": {"alg": "ed25519", "sig": "AAAA"}}
+    body |= {"revision": revision, "format": NEWER, "witness": {"alg": "ed25519", "sig": "AAAA"}}
     body["prev_hash"] = newest.metadata.annotations["deployctl.dev/record-sha256"]
     name = f"deployctl.llm.v{revision}"
-    labels = {**newest.metadata.labels, "deployctl.dev/revision": str(revision), "deployctl.dev/record-format": "4"}
+    labels = {
+        **newest.metadata.labels,
+        "deployctl.dev/revision": str(revision),
+        "deployctl.dev/record-format": str(NEWER),
+    }
     kubernetes.client.CoreV1Api(env.api).create_namespaced_config_map(
         env.namespace,
         {
@@ -129,10 +135,10 @@ def test_a_release_deployed_by_0_1_0_is_verified_upgraded_rolled_back_to_and_uni
     upgraded = env.apply(profile(env.namespace, engine={"maxNumSeqs": 16}), filename="second.yaml")
     assert upgraded.code == 0, upgraded.stdout + upgraded.stderr
     assert (
-        env.record(2)["format"] == 3
+        env.record(2)["format"] == WRITES
         and env.record(2)["prev_hash"] == cm.metadata.annotations["deployctl.dev/record-sha256"]
     )
-    assert records(env)["deployctl.llm.v2"].metadata.labels["deployctl.dev/record-format"] == "3"
+    assert records(env)["deployctl.llm.v2"].metadata.labels["deployctl.dev/record-format"] == str(WRITES)
     assert max_num_seqs(env) == "16"
     # What 0.1.0 does with a format 3 record (docs/record-format.md): it refuses the whole release, exit 9.
     old_view = old_deployctl(v010, env.kubeconfig, "history", "llm", "-n", env.namespace)
@@ -140,16 +146,16 @@ def test_a_release_deployed_by_0_1_0_is_verified_upgraded_rolled_back_to_and_uni
 
     rolled = new(env, "rollback", "llm", "-n", env.namespace, "--to", "1", "--output", "json")
     assert ok(rolled)["rolled_back_to"] == 1
-    assert env.record(3)["rollback_of"] == 1 and env.record(3)["format"] == 3
+    assert env.record(3)["rollback_of"] == 1 and env.record(3)["format"] == WRITES
     assert max_num_seqs(env) == "32"  # 0.1.0's bytes again
     assert env.status()["live_revision"] == 3
     assert [(r["revision"], r["format"], r["status"]) for r in env.history()] == [
         (1, 1, "superseded"),
-        (2, 3, "superseded"),
-        (3, 3, "deployed"),
+        (2, WRITES, "superseded"),
+        (3, WRITES, "deployed"),
     ]
     export = ok(new(env, "audit", "export", "llm", "-n", env.namespace, "-o", "json"))
-    assert export["format"] == 3 and [e.get("format") for e in export["records"]] == [None, 3, 3]
+    assert export["format"] == WRITES and [e.get("format") for e in export["records"]] == [None, WRITES, WRITES]
     kept = env.tmp / "export.json"
     kept.write_text(json.dumps(export))
     assert ok(new(env, "audit", "verify", "--file", str(kept), "-o", "json"))["ok"] is True
@@ -165,7 +171,7 @@ def test_a_release_deployed_by_0_1_0_is_verified_upgraded_rolled_back_to_and_uni
 def test_a_record_in_a_newer_format_stops_apply_rollback_and_uninstall_with_nothing_written(env: ReleaseEnv) -> None:
     assert env.apply(profile(env.namespace)).code == 0
     assert env.apply(profile(env.namespace, engine={"maxNumSeqs": 16}), filename="second.yaml").code == 0
-    planted = plant_format_4(env, 3)
+    planted = plant_newer_format(env, 3)
     # The Deployment's generation, not its resourceVersion: kwok's pod status updates may touch its
     # status, while each of these commands would change its spec (or delete it).
     before = (workload(env), sorted(records(env)), leases(env))
@@ -181,8 +187,8 @@ def test_a_record_in_a_newer_format_stops_apply_rollback_and_uninstall_with_noth
         said = result.stdout + result.stderr
         assert result.code == 9, f"{command}: {said}"
         assert (
-            f"release llm revision 3 in namespace {env.namespace} (ConfigMap {planted}) is record format 4; "
-            "this deployctl 0.2.0 reads formats 1-3: upgrade deployctl to a version that reads format 4"
+            f"release llm revision 3 in namespace {env.namespace} (ConfigMap {planted}) is record format {NEWER}; "
+            f"this deployctl 0.3.0 reads formats 1-{WRITES}: upgrade deployctl to a version that reads format {NEWER}"
         ) in " ".join(said.split()), f"{command}: {said}"
         assert "witness" not in said and "Traceback" not in said, f"{command}: {said}"
     after = (workload(env), sorted(records(env)), leases(env))

@@ -4,4 +4,4 @@ The command is ``deployctl`` (orchestrator.cli); docs/architecture.md maps each 
 step of the data flow.
 """
 
-__version__ = "0.2.0"
+__version__ = "0.3.0"

@@ -79,6 +79,22 @@ def signed() -> dict[str, Any]:
     return {"signer": signing.load_signer(str(TEST_KEY))}
 
 
+def serving() -> dict[str, Any]:
+    """``time_to_serving=`` for the upgrade's record, from the format that has it on (none before)."""
+    try:
+        from orchestrator.apply import time_to_serving
+    except ImportError:
+        return {}
+    pod = time_to_serving.PodStart(
+        "llama3-70b-7d9f8c6b5-x2x7q",
+        "gpu-node-3",
+        {"scheduling": 1.0, "image_pull": 0.0, "container_start": 2.0, "engine_start": 214.0},
+        {"weights_read": 181.2, "model_load": 187.4, "compile": 10.8, "cuda_graphs": 3.0, "engine_init": 21.5},
+    )
+    stored = time_to_serving.TimeToServing({"rollout": 219.4, "health": 1.3, "first_token": 0.2}, (pod,))
+    return {"time_to_serving": stored.to_json()}
+
+
 def build(store: Store) -> list[releases.Record]:
     base = PROFILE.read_text()
     install = revision_of(base)
@@ -94,7 +110,7 @@ def build(store: Store) -> list[releases.Record]:
     observed = [{"pod": "llama3-70b-7d9f8c6b5-x2x7q", "kv_cache_tokens": 412_320, "load_seconds": 187.4}]
     failed_gate = {"verdict": "fail", "metrics": {"p95_ttft_ms": 2100.0}, "failed": ["p95_ttft_ms 2100 > 1500"]}
     append(0, install, "deployed", description="install")
-    second = append(1, upgrade, "deployed", description="upgrade", observed=observed)
+    second = append(1, upgrade, "deployed", description="upgrade", observed=observed, **serving())
     append(
         2,
         bad_image,

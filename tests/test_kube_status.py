@@ -32,6 +32,23 @@ def test_a_pod_view_reads_its_node_phase_readiness_and_container_states() -> Non
     assert container == status.ContainerStatus("vllm@sha256:1", "CrashLoopBackOff", "back-off", True, 137, 3)
 
 
+def test_a_pod_view_reads_the_times_its_start_is_measured_by() -> None:
+    pod = status.Pod.from_object(
+        {
+            "metadata": {"name": "p", "creationTimestamp": "2026-12-06T10:00:00Z"},
+            "spec": {"containers": [{"name": "vllm", "image": "vllm@sha256:1"}, {"name": "proxy", "image": "p:1"}]},
+            "status": {
+                "conditions": [{"type": "Ready", "status": "True", "lastTransitionTime": "2026-12-06T10:03:40Z"}],
+                "containerStatuses": [{"name": "vllm", "state": {"running": {"startedAt": "2026-12-06T10:01:30Z"}}}],
+            },
+        }
+    )
+    assert pod.meta.created == "2026-12-06T10:00:00Z"
+    assert pod.condition("Ready") is not None and pod.condition("Ready").since == "2026-12-06T10:03:40Z"  # type: ignore[union-attr]
+    assert pod.containers[0].name == "vllm" and pod.containers[0].started_at == "2026-12-06T10:01:30Z"
+    assert pod.specified == (("vllm", "vllm@sha256:1"), ("proxy", "p:1"))
+
+
 def test_an_empty_or_malformed_object_reads_as_the_apis_defaults() -> None:
     pod = status.Pod.from_object({"metadata": {"name": "p"}, "status": {"conditions": "nope", "phase": 3}})
     assert (pod.node, pod.phase, pod.conditions, pod.ready) == ("", "", (), False)

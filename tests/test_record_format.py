@@ -16,6 +16,7 @@ import click.testing
 import pytest
 from test_releases import NOW, FakeKube, manifests
 
+import orchestrator
 from orchestrator import errors
 from orchestrator.cli import app as cli
 from orchestrator.errors import ExitCode
@@ -23,6 +24,7 @@ from orchestrator.records import audit, encoding, releases, revisions, writer
 from orchestrator.records import format as record_format
 
 GOLDEN = pathlib.Path(__file__).resolve().parent / "data" / "records"
+NEWER = releases.RECORD_FORMAT + 1  # a format no deployctl writes yet
 RELEASE, NS = "llama3-70b", "inference"
 
 
@@ -166,11 +168,11 @@ def test_a_new_revision_after_format_1_records_is_the_current_format_chained_to_
 # --- a newer format -------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("label", ["4", None], ids=["labelled", "only-in-record.json"])
+@pytest.mark.parametrize("label", [str(NEWER), None], ids=["labelled", "only-in-record.json"])
 def test_a_record_in_a_newer_format_is_refused_naming_both_versions_before_its_fields(label: str | None) -> None:
     kube = store(2)
-    # A field format 3 does not know: an older deployctl must never show it as a validation error.
-    name = plant(kube, 6, 4, label=label, witness={"alg": "ed25519", "sig": "AAAA"})
+    # A field this format does not know: an older deployctl must never show it as a validation error.
+    name = plant(kube, 6, NEWER, label=label, witness={"alg": "ed25519", "sig": "AAAA"})
     creates = kube.creates
 
     with pytest.raises(errors.NewerRecordFormat) as refused:
@@ -198,8 +200,9 @@ def test_a_record_in_a_newer_format_is_refused_naming_both_versions_before_its_f
     message = refused.value.message
     assert refused.value.exit_code == ExitCode.AUDIT_FAILED == 9
     assert message.startswith(
-        f"release {RELEASE} revision 6 in namespace {NS} (ConfigMap {name}) is record format 4; "
-        "this deployctl 0.2.0 reads formats 1-3: upgrade deployctl to a version that reads format 4"
+        f"release {RELEASE} revision 6 in namespace {NS} (ConfigMap {name}) is record format {NEWER}; "
+        f"this deployctl {orchestrator.__version__} reads formats 1-{NEWER - 1}: "
+        f"upgrade deployctl to a version that reads format {NEWER}"
     )
     assert "docs/upgrading.md" in message
     assert "witness" not in message and "validation error" not in message.lower()
@@ -208,11 +211,11 @@ def test_a_record_in_a_newer_format_is_refused_naming_both_versions_before_its_f
 
 def test_a_newer_format_label_is_refused_even_when_the_body_is_not_json() -> None:
     kube = store(1)
-    name = plant(kube, 6, 4, label="4")
+    name = plant(kube, 6, NEWER, label=str(NEWER))
     cm = kube.objects[("ConfigMap", NS, name)]
     cm["data"]["record.json"] = "<a format this deployctl cannot imagine>"
 
-    with pytest.raises(errors.NewerRecordFormat, match="is record format 4"):
+    with pytest.raises(errors.NewerRecordFormat, match=f"is record format {NEWER}"):
         history(kube)
 
 
@@ -275,15 +278,15 @@ def write(tmp_path: pathlib.Path, doc: dict[str, Any]) -> str:
 
 
 def test_audit_verify_file_refuses_an_export_of_a_newer_format_exit_9(tmp_path: pathlib.Path) -> None:
-    doc = golden_export(2) | {"format": 4}
+    doc = golden_export(2) | {"format": NEWER}
     path = write(tmp_path, doc)
 
     result = run("audit", "verify", "--file", path)
 
     assert result.exit_code == ExitCode.AUDIT_FAILED, result.output
     assert (
-        f"audit export {path} of release {RELEASE} in namespace {NS} is record format 4; "
-        "this deployctl 0.2.0 reads formats 1-3: upgrade deployctl"
+        f"audit export {path} of release {RELEASE} in namespace {NS} is record format {NEWER}; "
+        f"this deployctl {orchestrator.__version__} reads formats 1-{NEWER - 1}: upgrade deployctl"
     ) in result.stderr
     assert "Traceback" not in result.output
 

@@ -393,6 +393,7 @@ def test_history_summaries_carry_status_and_who_and_what() -> None:
         "image": "registry.internal/vllm/vllm-openai:B",
         "gate": None,
         "planner": {"kv_tokens_planned": None, "kv_tokens_observed": None, "load_seconds": None},
+        "time_to_serving": None,
     }
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import math
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -81,6 +82,34 @@ def with_strategy(objects: list[dict[str, Any]], strategy: Mapping[str, object])
     for obj in objects:
         if obj["kind"] == "Deployment":
             obj["spec"]["strategy"] = copy.deepcopy(dict(strategy))
+
+
+def _startup_probes(objects: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Every startup probe of the release's pod templates (a Deployment's, a copy's head and workers)."""
+    templates: list[Any] = []
+    for obj in objects:
+        spec = obj.get("spec") or {}
+        if obj["kind"] == "Deployment":
+            templates.append(spec.get("template"))
+        elif obj["kind"] == "RayCluster":
+            templates.append((spec.get("headGroupSpec") or {}).get("template"))
+            templates += [g.get("template") for g in spec.get("workerGroupSpecs") or []]
+    containers = [c for t in templates if t for c in (t.get("spec") or {}).get("containers") or []]
+    return [c["startupProbe"] for c in containers if isinstance(c.get("startupProbe"), dict)]
+
+
+def startup_budget(objects: list[dict[str, Any]]) -> int | None:
+    """Seconds the rendered startup probe lets a pod load (failureThreshold × periodSeconds); None without one."""
+    probes = _startup_probes(objects)
+    return min(int(p["failureThreshold"]) * int(p["periodSeconds"]) for p in probes) if probes else None
+
+
+def with_startup_budget(objects: list[dict[str, Any]], seconds: int) -> None:
+    """Let every startup probe of ``objects`` allow at least ``seconds``."""
+    for probe in _startup_probes(objects):
+        probe["failureThreshold"] = max(
+            int(probe["failureThreshold"]), math.ceil(seconds / int(probe["periodSeconds"]))
+        )
 
 
 def _verdict(kube: Kube, profile: Profile, objects: list[dict[str, Any]]) -> tuple[preflight.Preflight, bool]:

@@ -58,9 +58,29 @@ def gate(profile: Profile, profile_text: str, options: sequence.Options, report:
             f"revision {record.revision} failed its gate ({failure.cls}): {failure.message}. "
             "In GitOps, roll back by reverting the commit"
         )
-        return Outcome("gate_failed", name, namespace, message, record.revision, failure, timings, gate_report)
+        serving = judged.serving_json()
+        return Outcome(
+            "gate_failed",
+            name,
+            namespace,
+            message,
+            record.revision,
+            failure,
+            timings,
+            gate_report,
+            time_to_serving=serving,
+        )
     message = f"revision {record.revision} of {name} passed its gate"
-    return Outcome("deployed", name, namespace, message, record.revision, timings=timings, gate=gate_report)
+    return Outcome(
+        "deployed",
+        name,
+        namespace,
+        message,
+        record.revision,
+        timings=timings,
+        gate=gate_report,
+        time_to_serving=judged.serving_json(),
+    )
 
 
 def _wait_for_sync(

@@ -89,6 +89,7 @@ class _OutcomeFields(TypedDict):
     failure: dict[str, str] | None
     timings: dict[str, float]
     gate: Mapping[str, object] | None
+    time_to_serving: Mapping[str, object] | None  # TimeToServing.to_json() of the revision judged
     warnings: list[str]
     rolled_back_to: int | None
     message: str
@@ -114,6 +115,7 @@ class Outcome:
     warnings: list[str] = dataclasses.field(default_factory=list)
     rolled_back_to: int | None = None
     changes: list[dict[str, str]] | None = None  # --dry-run: what would be applied
+    time_to_serving: Mapping[str, object] | None = None  # how long the judged revision took to serve
 
     @property
     def exit_code(self) -> ExitCode:
@@ -128,6 +130,7 @@ class Outcome:
             "failure": self.failure.to_json() if self.failure else None,
             "timings": {k: round(v, 2) for k, v in self.timings.items()},
             "gate": self.gate.to_json() if self.gate else None,
+            "time_to_serving": self.time_to_serving,
             "warnings": self.warnings,
             "rolled_back_to": self.rolled_back_to,
             "message": self.message,

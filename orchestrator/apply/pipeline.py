@@ -14,7 +14,7 @@ import dataclasses
 from typing import Any
 
 from orchestrator import conventions, engines, errors
-from orchestrator.apply import applyset, cluster_preflight, confine, group_rollout, sequence, verify
+from orchestrator.apply import applyset, cluster_preflight, confine, group_rollout, sequence, time_to_serving, verify
 from orchestrator.apply.lock import ReleaseLock
 from orchestrator.apply.outcome import Failure, Outcome, Result, Timings
 from orchestrator.engines import startup_log
@@ -55,6 +55,7 @@ def apply(profile: Profile, profile_text: str, options: sequence.Options, report
     with sequence.release_lock(kube, namespace, name, checked.user, options, report) as lock:
         # Only records deployctl's key signed decide what is live (and so what a failure restores).
         live = revisions.live(record_trust.for_write(kube, name, namespace, options.keys, report).trusted)
+        probe_warning = _size_startup_probe(profile, live, objects, checked.replaces_pods, report)
         manifests = render.to_yaml(objects).encode()
         actor = writer.actor(checked.user, options.environ)
         draft = writer.Draft.of_profile(profile, plan.to_json(), manifests, profile_text, actor, options.keys.signer)
@@ -68,8 +69,33 @@ def apply(profile: Profile, profile_text: str, options: sequence.Options, report
             kube, objects, draft, description, live, spec, lock, options, report, timings, copies, existed
         )
     unsigned = record_trust.unsigned_warning(options.keys)
-    outcome.warnings = check.warnings + outcome.warnings + ([unsigned] if unsigned else [])
+    late = [w for w in (probe_warning, unsigned) if w]
+    outcome.warnings = check.warnings + outcome.warnings + late
     return outcome
+
+
+def _size_startup_probe(
+    profile: Profile, live: releases.Record | None, objects: list[dict[str, Any]], replaces_pods: bool, report: Reporter
+) -> str | None:
+    """Let the startup probe outlast the slowest start the live revision showed on the same setup, so
+    that a restart never kills a pod that is still loading (time_to_serving.startup_floor). It is raised
+    in ``objects`` when their pods are replaced anyway and the profile gives no engine.startupSeconds;
+    otherwise the shortfall is returned as a warning."""
+    same = live is not None and live.plan is not None and planner.same_setup(live.plan, profile)
+    slowest = time_to_serving.slowest_start(live.time_to_serving) if live and same else None
+    allowed = cluster_preflight.startup_budget(objects)
+    if slowest is None or allowed is None or (floor := time_to_serving.startup_floor(slowest)) <= allowed:
+        return None
+    assert live is not None
+    seen = f"revision {live.revision}'s pods took up to {slowest:.0f} s from container start to Ready"
+    if profile.engine.startupSeconds is None and replaces_pods:
+        cluster_preflight.with_startup_budget(objects, floor)
+        report("apply", f"startup probe raised from {allowed} s to {floor} s: {seen}")
+        return None
+    return (
+        f"the startup probe allows {allowed} s but {seen}: a restarted pod would be killed while it loads; "
+        f"set engine.startupSeconds to at least {floor}"
+    )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -174,9 +200,9 @@ def _deploy(
         # the reason is said so that a person decides (e.g. rerun `deployctl gate` off-peak).
         warnings.append(f"the smoke gate was inconclusive and did not judge this revision: {judged.smoke.summary()}")
     message = f"revision {record.revision} of {name} is deployed ({description})"
-    return Outcome(
-        "deployed", name, namespace, message, record.revision, timings=timings, gate=judged.smoke, warnings=warnings
-    )
+    done = Outcome("deployed", name, namespace, message, record.revision, timings=timings, gate=judged.smoke)
+    done.warnings, done.time_to_serving = warnings, judged.serving_json()
+    return done
 
 
 class _Stop(Exception):
@@ -213,9 +239,11 @@ def _fail(
         what = f"the new revision failed ({failure.cls}) and its record could not be written ({e.message})"
 
     def ending(result: Result, message: str, rolled_back_to: int | None = None) -> Outcome:
-        return Outcome(
+        ended = Outcome(
             result, name, namespace, message, revision, failure, timings, judged.smoke, rolled_back_to=rolled_back_to
         )
+        ended.time_to_serving = judged.serving_json()
+        return ended
 
     if not options.rollback:
         return ending("left_failed", f"{what} and was left in place (--no-rollback)")
@@ -347,7 +375,14 @@ def restore(
         return Outcome("rollback_failed", name, namespace, message, record.revision, failure, timings)
     message = f"revision {record.revision} of {name} is live: {description}"
     return Outcome(
-        "deployed", name, namespace, message, record.revision, timings=timings, rolled_back_to=target.revision
+        "deployed",
+        name,
+        namespace,
+        message,
+        record.revision,
+        timings=timings,
+        rolled_back_to=target.revision,
+        time_to_serving=judged.serving_json(),
     )
 
 

@@ -86,6 +86,7 @@ def record_revision(
         gate=judged.smoke.to_json() if judged.smoke else None,
         failure=failure.to_record() if failure else None,
         observed=judged.observed_json(),
+        time_to_serving=judged.serving_json(),
         rollback_of=rollback_of,
     )
 

@@ -8,19 +8,21 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
-from orchestrator import engines, errors
-from orchestrator.apply import group_rollout, health, rollout, watching
+from orchestrator import conventions, engines, errors
+from orchestrator.apply import group_rollout, health, rollout, time_to_serving, watching
 from orchestrator.apply.outcome import Failure, Timings
 from orchestrator.engines import startup_log
 from orchestrator.gate import metrics
 from orchestrator.gate import verdict as gate
+from orchestrator.gate.bench_report import BenchReport
 from orchestrator.kube import Kube, PortForwarder
 from orchestrator.kube import status as kube_status
 from orchestrator.kube.status import Object, mapping, mappings
-from orchestrator.profile import gate_auth, gate_endpoint
+from orchestrator.profile import gate_auth, gate_endpoint, slo
 from orchestrator.profile.model import Profile
 from orchestrator.records import releases
 
@@ -224,14 +226,19 @@ def _stored_key_secret(stored: object) -> gate_auth.ApiKeySecret | None:
 @dataclasses.dataclass(frozen=True)
 class Judgement:
     """What verify found: the failure (None when the revision passed), the smoke verdict (None when
-    it did not run) and what each new pod's engine logged about its memory at start-up."""
+    it did not run), what each new pod's engine logged about its memory at start-up, and how long
+    the revision took to serve (None when it never got as far as healthy)."""
 
     failure: Failure | None
     smoke: gate.GateReport | None = None
     observed: tuple[startup_log.Observation, ...] = ()
+    serving: time_to_serving.TimeToServing | None = None
 
     def observed_json(self) -> list[dict[str, Any]] | None:
         return [o.to_json() for o in self.observed] or None
+
+    def serving_json(self) -> dict[str, object] | None:
+        return self.serving.to_json() if self.serving else None
 
 
 def verify(
@@ -247,21 +254,21 @@ def verify(
     phase: str = "",
 ) -> Judgement:
     """Watch, health-gate, read the start-up logs, smoke-gate; ``previous`` is the live release's
-    stored gate report, for the regression check."""
+    stored gate report, for the regression check. The time to serving is counted from the call."""
+    clock = _Clock()
     with timings.phase("rollout"):
         result = _watch(kube, name, namespace, spec, lambda m: report(phase or "rollout", m), abort)
     if not result.ok:
         assert result.failure is not None
         return Judgement(Failure(result.failure.cls, result.failure.message, "rollout"))
+    clock.lap("rollout")
     if spec.note is not None:
         report(phase or "health", spec.note)
-    api_key: str | None = None
-    if spec.sends_key:
-        assert spec.api_key_secret is not None
-        try:
-            api_key = gate_auth.read(kube.get, namespace, spec.api_key_secret)
-        except gate_auth.ApiKeyUnavailable as e:
-            return _could_not_measure(e.message)
+    secret = spec.api_key_secret if spec.sends_key else None
+    try:
+        api_key = gate_auth.read(kube.get, namespace, secret) if secret else None
+    except gate_auth.ApiKeyUnavailable as e:
+        return _could_not_measure(e.message)
     with contextlib.ExitStack() as forwards:
         with timings.phase("health"):  # opening the port-forwards is part of reaching the pods
             urls = forwards.enter_context(pod_urls(kube, namespace, result.new_pods, spec.port, spec.endpoint))
@@ -279,20 +286,66 @@ def verify(
             message = f"the new pods did not pass the health gate: {healthy.explain()}"
             return Judgement(Failure("health", message, "health"))
         report(phase or "health", f"healthy: {', '.join(urls)}")
-        observed = startup_observations(kube, namespace, result.new_pods, engines.get(spec.engine))
+        timed = copy_members(kube, namespace, spec.group) or result.new_pods
+        observed, starts = read_starts(kube, namespace, timed, engines.get(spec.engine))
+        clock.lap("health")
         if (lost := abort()) is not None:
-            return Judgement(Failure("lock_lost", lost, "health"), observed=observed)
+            return Judgement(Failure("lock_lost", lost, "health"), observed=observed, serving=clock.serving(starts))
         if spec.smoke is None:
-            return Judgement(None, observed=observed)
+            return _judged(Judgement(None, observed=observed, serving=clock.serving(starts)), report, phase)
         with timings.phase("smoke"):
-            verdict = run_smoke(spec.smoke, next(iter(urls.values())), previous, report, api_key=api_key)
+            url = next(iter(urls.values()))
+            verdict = run_smoke(spec.smoke, url, previous, report, api_key=api_key, serving_before=clock.total())
             if verdict.verdict is gate.Verdict.ERROR and _refused(verdict):
                 refused = gate_auth.refused_message(namespace, spec.api_key_secret, "HTTP 401 on the smoke requests")
                 return _could_not_measure(refused, observed)
+    serving = clock.serving(starts, verdict.metrics.get(slo.SERVING_METRIC))
+    return _judged(_smoke_judgement(verdict, observed, serving), report, phase)
+
+
+def _smoke_judgement(
+    verdict: gate.GateReport,
+    observed: tuple[startup_log.Observation, ...],
+    serving: time_to_serving.TimeToServing,
+) -> Judgement:
+    """The judgement of a smoke run that gave ``verdict``: a Fail missed an SLO, an Error could not measure."""
     if verdict.verdict in (gate.Verdict.FAIL, gate.Verdict.ERROR):
         cls = "slo_failed" if verdict.verdict == gate.Verdict.FAIL else "gate_error"
-        return Judgement(Failure(cls, verdict.summary(), "smoke"), verdict, observed)
-    return Judgement(None, verdict, observed)
+        return Judgement(Failure(cls, verdict.summary(), "smoke"), verdict, observed, serving)
+    return Judgement(None, verdict, observed, serving)
+
+
+class _Clock:
+    """The release's steps of the time to serving (time_to_serving.RELEASE_STEPS), on the monotonic clock."""
+
+    def __init__(self) -> None:
+        self.start = self.last = time.monotonic()
+        self.steps: dict[str, float] = {}
+
+    def lap(self, step: str) -> None:
+        now = time.monotonic()
+        self.steps[step] = now - self.last
+        self.last = now
+
+    def total(self) -> float:
+        """Seconds since the start: what the smoke run's first token adds to."""
+        return time.monotonic() - self.start
+
+    def serving(
+        self, starts: tuple[time_to_serving.PodStart, ...], until_first_token: float | None = None
+    ) -> time_to_serving.TimeToServing:
+        """The time to serving; ``until_first_token`` is the smoke run's (slo.SERVING_METRIC) when it ran."""
+        steps = dict(self.steps)
+        if until_first_token is not None:
+            steps["first_token"] = max(0.0, until_first_token - sum(steps.values()))
+        return time_to_serving.TimeToServing(steps, starts)
+
+
+def _judged(judged: Judgement, report: Reporter, phase: str) -> Judgement:
+    """``judged``, after saying its time to serving on the progress stream."""
+    if judged.serving is not None:
+        report(phase or "serving", "time to serving: " + time_to_serving.summary(judged.serving.to_json()))
+    return judged
 
 
 def _watch(
@@ -311,27 +364,55 @@ def _could_not_measure(message: str, observed: tuple[startup_log.Observation, ..
     return Judgement(Failure("gate_error", message, "health"), gate.error_report(message), observed)
 
 
-def startup_observations(
+def copy_members(kube: Kube, namespace: str, group: group_rollout.GroupWatch | None) -> list[str]:
+    """Every pod of the new copies across nodes (leaders and workers), whose starts the time to
+    serving records; empty for a Deployment, or when they cannot be listed (the leaders stand in)."""
+    if group is None:
+        return []
+    try:
+        pods, _ = kube.list("Pod", namespace, labels=f"{conventions.COPY_LABEL} in ({','.join(group.copies)})")
+    except errors.ClusterError:
+        return []
+    return sorted(kube_status.name_of(p) for p in pods if not kube_status.Meta.from_object(p).deleting)
+
+
+def read_starts(
     kube: Kube, namespace: str, pods: list[str], engine: engines.Engine
-) -> tuple[startup_log.Observation, ...]:
-    """What each new pod's engine logged at start-up. A log that cannot be read or holds no such
-    lines is no observation: it never fails a deploy, it only leaves the planner unchecked."""
-    found = []
+) -> tuple[tuple[startup_log.Observation, ...], tuple[time_to_serving.PodStart, ...]]:
+    """What each new pod's engine logged at start-up, and how each pod started (its status, the
+    kubelet's events, the engine's phases). What cannot be read is left out: it never fails a
+    deploy, it only leaves the planner unchecked or a step of the start unknown."""
+    found, starts = [], []
     for pod in pods:
         try:
             text = kube.pod_log(pod, namespace, tail_lines=None, limit_bytes=STARTUP_LOG_BYTES)
         except errors.ClusterError:
-            continue
-        if (seen := engine.parse_startup(pod, text)) is not None:
+            text = ""
+        if text and (seen := engine.parse_startup(pod, text)) is not None:
             found.append(seen)
-    return tuple(found)
+        try:
+            obj = kube.get("Pod", pod, namespace)
+            events = kube.list("Event", namespace, fields=f"involvedObject.name={pod}")[0] if obj else []
+        except errors.ClusterError:
+            continue
+        if obj is not None:
+            starts.append(time_to_serving.pod_start(obj, events, engine.phases(text)))
+    return tuple(found), tuple(starts)
 
 
 def run_smoke(
-    profile: Profile, url: str, previous: Mapping[str, object] | None, report: Reporter, *, api_key: str | None = None
+    profile: Profile,
+    url: str,
+    previous: Mapping[str, object] | None,
+    report: Reporter,
+    *,
+    api_key: str | None = None,
+    serving_before: float | None = None,
 ) -> gate.GateReport:
     """The smoke benchmark through ``url`` and its verdict; an Error verdict is retried a few times, and one
-    that is inconclusive because the client could not keep up is measured once more."""
+    that is inconclusive because the client could not keep up is measured once more. ``serving_before``:
+    the seconds from the write to this call, which the run's first token completes into the time to
+    serving that an SLO may judge (slo.SERVING_METRIC)."""
     from orchestrator import errors
     from orchestrator.gate import bench  # bench imported here: an apply with --skip-bench never pays for it
 
@@ -339,9 +420,10 @@ def run_smoke(
     config = bench.config_from_profile(profile, url)
     verdict = gate.error_report("the smoke benchmark did not run")
     errors_left, client_bound_left = GATE_ERROR_RETRIES, GATE_CLIENT_BOUND_RETRIES
-    attempt = 0
+    attempt, called = 0, time.monotonic()
     while True:
         attempt += 1
+        sent = time.monotonic()
         report("smoke", f"smoke benchmark: {smoke.requests} requests, {smoke.concurrency} streams (attempt {attempt})")
         try:
             measured = bench.run(config, api_key=api_key)
@@ -354,6 +436,7 @@ def run_smoke(
                 min_samples=smoke.minSamples,
                 previous_report=previous,
                 max_regression_pct=profile.gate.maxRegression,
+                serving=_first_token(measured, serving_before, sent - called),
             )
         report("smoke", verdict.summary())
         if verdict.verdict is gate.Verdict.ERROR and errors_left > 0 and not _refused(verdict):
@@ -363,6 +446,14 @@ def run_smoke(
             report("smoke", "the benchmark client could not keep up: measuring once more")
         else:
             return verdict
+
+
+def _first_token(measured: BenchReport, before: float | None, retried: float) -> float | None:
+    """The time to serving at this run's first token: ``before`` the smoke run, the earlier attempts
+    (``retried``), and the run's fastest time to first token; None when not timed or no token came."""
+    if before is None or not measured.ttfts_ms:
+        return None
+    return before + retried + min(measured.ttfts_ms) / 1000
 
 
 def _refused(verdict: gate.GateReport) -> bool:

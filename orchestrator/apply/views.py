@@ -14,7 +14,7 @@ from typing import Any, Literal, TypedDict
 import yaml
 
 from orchestrator import conventions, errors, user_files
-from orchestrator.apply import applyset, sequence
+from orchestrator.apply import applyset, sequence, time_to_serving
 from orchestrator.kube import Kube, connect, connection
 from orchestrator.plan import node_reports, planner
 from orchestrator.profile.model import Profile
@@ -64,6 +64,7 @@ class Status(TypedDict):
     pods: list[PodRow]
     gate: Mapping[str, object] | None
     planner: Mapping[str, object] | None
+    time_to_serving: Mapping[str, object] | None  # the live revision's (record format 4), by step and pod
     last_failure: Mapping[str, object] | None
     revisions: int
     uninstalled: Uninstalled | None  # set when `deployctl uninstall` removed it and nothing was deployed since
@@ -136,6 +137,7 @@ def status(options: connection.Connection, name: str, namespace: str) -> Status:
         "pods": pod_rows,
         "gate": live.gate if live else None,
         "planner": live.planner_check() if live else None,
+        "time_to_serving": live.time_to_serving if live else None,
         "last_failure": ({"revision": last_failed.revision, **(last_failed.failure or {})} if last_failed else None),
         "revisions": len(records),
         "uninstalled": _uninstalled(gone, records) if gone else None,
@@ -257,6 +259,9 @@ def format_status(data: Status) -> str:
     check = data.get("planner")
     if check and check.get("kv_tokens_observed") is not None:  # nothing to compare before vLLM has said
         lines.append(f"planner: {planner_line(check)}")
+    serving = data.get("time_to_serving")
+    if serving:
+        lines.append(f"time to serving: {time_to_serving.summary(serving)}")
     failure = data.get("last_failure")
     if failure:
         lines.append(

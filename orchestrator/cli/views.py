@@ -29,13 +29,14 @@ def history(name: str, output_format: str, opts: cli_params.Release) -> None:
         rows,
         output_format,
         lambda: output.table(
-            ["REVISION", "STATUS", "GATE", "KV PLAN/SEEN", "UPDATED", "ACTOR", "IMAGE", "DESCRIPTION"],
+            ["REVISION", "STATUS", "GATE", "KV PLAN/SEEN", "SERVING", "UPDATED", "ACTOR", "IMAGE", "DESCRIPTION"],
             [
                 [
                     r["revision"],
                     r["status"],
                     r.get("gate") or "-",
                     _kv(r.get("planner") or {}),
+                    _seconds(r.get("time_to_serving")),
                     r["timestamp"],
                     _actor(r["actor"]),
                     _short_image(r["image"]),
@@ -54,6 +55,11 @@ def _kv(check: Mapping[str, object]) -> str:
         return f"{value / 1000:.0f}k" if isinstance(value, int) else "-"
 
     return f"{k(check.get('kv_tokens_planned'))}/{k(check.get('kv_tokens_observed'))}"
+
+
+def _seconds(value: object) -> str:
+    """A time to serving in whole seconds (`412s`); `-` when the revision has none."""
+    return f"{value:.0f}s" if isinstance(value, (int, float)) else "-"
 
 
 def _actor(actor: Mapping[str, object]) -> str:

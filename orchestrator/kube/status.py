@@ -48,6 +48,7 @@ class Meta:
     deletion_timestamp: str = ""
     owner_uids: tuple[str, ...] = ()
     managers: tuple[str, ...] = ()  # the field managers that wrote it (who applied it), sorted
+    created: str = ""  # creationTimestamp, RFC 3339 as the API server wrote it
 
     @classmethod
     def from_object(cls, obj: Object) -> Meta:
@@ -63,6 +64,7 @@ class Meta:
             deletion_timestamp=text(deleted),
             owner_uids=tuple(text(o.get("uid")) for o in mappings(meta.get("ownerReferences"))),
             managers=tuple(sorted({str(e.get("manager", "?")) for e in mappings(meta.get("managedFields"))})),
+            created=text(meta.get("creationTimestamp")),
         )
 
 
@@ -84,10 +86,17 @@ class Condition:
     status: str
     reason: str = ""
     message: str = ""
+    since: str = ""  # lastTransitionTime, RFC 3339
 
     @classmethod
     def from_object(cls, obj: Object) -> Condition:
-        return cls(text(obj.get("type")), text(obj.get("status")), text(obj.get("reason")), text(obj.get("message")))
+        return cls(
+            text(obj.get("type")),
+            text(obj.get("status")),
+            text(obj.get("reason")),
+            text(obj.get("message")),
+            text(obj.get("lastTransitionTime")),
+        )
 
     @property
     def true(self) -> bool:
@@ -108,6 +117,8 @@ class ContainerStatus:
     terminated: bool = False  # the last (or current) run of the container ended
     exit_code: int | None = None  # of that run, when the kubelet said
     restart_count: int = 0
+    started_at: str = ""  # when the running container started (state.running.startedAt), RFC 3339
+    name: str = ""
 
     @classmethod
     def from_object(cls, obj: Object) -> ContainerStatus:
@@ -117,11 +128,13 @@ class ContainerStatus:
         code = ended.get("exitCode")
         return cls(
             image=text(obj.get("image")),
+            name=text(obj.get("name")),
             waiting_reason=text(waiting.get("reason")),
             waiting_message=text(waiting.get("message")),
             terminated=bool(ended),
             exit_code=code if isinstance(code, int) and not isinstance(code, bool) else None,
             restart_count=number(obj.get("restartCount")),
+            started_at=text(mapping(state.get("running")).get("startedAt")),
         )
 
 
@@ -137,10 +150,13 @@ class Pod:
     conditions: tuple[Condition, ...] = ()
     init_containers: tuple[ContainerStatus, ...] = ()
     containers: tuple[ContainerStatus, ...] = ()
+    # (name, image) of spec.containers, in order: the first one serves (the engine).
+    specified: tuple[tuple[str, str], ...] = ()
 
     @classmethod
     def from_object(cls, obj: Object) -> Pod:
         status = mapping(obj.get("status"))
+        spec_containers = mappings(mapping(obj.get("spec")).get("containers"))
         return cls(
             meta=Meta.from_object(obj),
             node=text(mapping(obj.get("spec")).get("nodeName")),
@@ -150,6 +166,7 @@ class Pod:
                 ContainerStatus.from_object(c) for c in mappings(status.get("initContainerStatuses"))
             ),
             containers=tuple(ContainerStatus.from_object(c) for c in mappings(status.get("containerStatuses"))),
+            specified=tuple((text(c.get("name")), text(c.get("image"))) for c in spec_containers),
         )
 
     def condition(self, kind: str) -> Condition | None:

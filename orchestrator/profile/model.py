@@ -113,7 +113,8 @@ class SmokeSpec(_Model):
         default_factory=dict,
         description='SLOs, vLLM SLA syntax: metric → condition, e.g. `p95_ttft_ms: "<=1500"`, '
         '`output_throughput: ">=1800"`, `error_rate: "<=0.01"`. Metric names are those of `deployctl bench` '
-        "(vLLM `bench serve` names); an unknown one is refused with a did-you-mean.",
+        "(vLLM `bench serve` names), plus `time_to_serving_s`: seconds from the write to the smoke run's first "
+        "token (docs/time-to-serving.md); an unknown one is refused with a did-you-mean.",
     )
 
     @pydantic.model_validator(mode="after")

@@ -21,8 +21,8 @@ import orchestrator
 from orchestrator import errors
 
 # The format this deployctl writes, and every format it reads (releases re-exports both).
-RECORD_FORMAT = 3
-RECORD_FORMATS_READ = (1, 2, 3)
+RECORD_FORMAT = 4
+RECORD_FORMATS_READ = (1, 2, 3, 4)
 FORMAT_KEY = "format"
 
 # The fields of record.json in each format. A new field is a new format: add a set here, bump
@@ -53,11 +53,13 @@ _FORMAT_1_FIELDS = frozenset(
 )
 # Format 3 adds the signature (a DSSE envelope beside record.json, in the ConfigMap key
 # record.dsse.json, outside what the hash covers) and ``trust``, set only on the record of a trust
-# step (outcome ``trusted``, docs/security.md#signed-records).
+# step (outcome ``trusted``, docs/security.md#signed-records). Format 4 adds ``time_to_serving``: how long
+# the revision took from the write to its first token, by step and by pod (docs/time-to-serving.md).
 FIELDS: dict[int, frozenset[str]] = {
     1: _FORMAT_1_FIELDS,
     2: _FORMAT_1_FIELDS | {FORMAT_KEY},
     3: _FORMAT_1_FIELDS | {FORMAT_KEY, "trust"},
+    4: _FORMAT_1_FIELDS | {FORMAT_KEY, "trust", "time_to_serving"},
 }
 # The first format that is signed, and the first whose records may be a trust step.
 SIGNED_FORMAT = 3

@@ -119,6 +119,9 @@ class RecordBody(_Strict):
     format: int | None = None
     # A trust step's record (outcome "trusted", format 3): {"up_to": N, "head": hash of revision N}.
     trust: encoding.JsonObject | None = None
+    # How long the revision took to serve and where the time went (format 4,
+    # apply.time_to_serving.TimeToServing.to_json()); None when it never became healthy.
+    time_to_serving: encoding.JsonObject | None = None
 
 
 class Record(RecordBody):
@@ -136,7 +139,7 @@ class Record(RecordBody):
     def body(self) -> encoding.JsonObject:
         """The fields of ``record.json``: everything but the hash and the manifest bytes."""
         body = self.model_dump(include=set(RecordBody.model_fields))
-        for optional in ("observed", "deleted", "format", "trust"):
+        for optional in ("observed", "deleted", "format", "trust", "time_to_serving"):
             if body[optional] is None:
                 del body[optional]
         return body

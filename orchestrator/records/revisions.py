@@ -50,6 +50,8 @@ def summary(record: releases.Record, status: releases.Status) -> dict[str, objec
         "image": record.image,
         "gate": gate.get("verdict"),  # pass|inconclusive|error|fail; None: not gated
         "planner": record.planner_check(),
+        # Seconds from the write to the first token (format 4); None before, or when it never served.
+        "time_to_serving": (record.time_to_serving or {}).get("seconds"),
     }
 
 

@@ -116,9 +116,13 @@ class Draft:
         failure: dict[str, str] | None = None,
         observed: list[encoding.JsonObject] | None = None,
         rollback_of: int | None = None,
+        time_to_serving: encoding.JsonObject | None = None,
     ) -> releases.Record:
         """Append this revision's record, ended as ``outcome`` (``append``)."""
-        return append(kube, NewRecord(self, outcome, description, gate, failure, rollback_of, observed))
+        new = NewRecord(
+            self, outcome, description, gate, failure, rollback_of, observed, time_to_serving=time_to_serving
+        )
+        return append(kube, new)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -134,6 +138,7 @@ class NewRecord:
     observed: list[encoding.JsonObject] | None = None  # startup_log.Observation.to_json() per new pod
     deleted: list[str] | None = None  # an uninstall's objects, as "Kind/name"
     trust: Mapping[str, object] | None = None  # a trust step's {"up_to": N, "head": hash} (trust.TrustBody)
+    time_to_serving: encoding.JsonObject | None = None  # TimeToServing.to_json(): format 4
 
     def body(self, revision: int, timestamp: str, prev_hash: str) -> encoding.JsonObject:
         """The ``record.json`` of this record as revision ``revision`` after the record hashed ``prev_hash``."""
@@ -159,7 +164,12 @@ class NewRecord:
             "format": releases.RECORD_FORMAT,
         }
         # Left out when None, as the model leaves them out (releases.Record.body), so older hashes stay.
-        optional = {"observed": self.observed, "deleted": self.deleted, "trust": self.trust}
+        optional = {
+            "observed": self.observed,
+            "deleted": self.deleted,
+            "trust": self.trust,
+            "time_to_serving": self.time_to_serving,
+        }
         body.update({key: value for key, value in optional.items() if value is not None})
         return body
 
