@@ -25,7 +25,7 @@ import pytest
 import server as realvllm  # e2e/realvllm, put on the path by conftest: stdlib only, runs in any venv
 import yaml
 
-from orchestrator.engines import vllm_flags, vllm_help
+from orchestrator.engines import vllm_flags, vllm_help, vllm_loaders
 from orchestrator.profile import engine as profile_engine
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -69,7 +69,10 @@ for args in json.load(open(sys.argv[1])):
     except Exception as e:  # argparse's error, or what validate_parsed_serve_args raises
         results.append({"verdict": "refuse", "message": f"{type(e).__name__}: {e}"})
 options = {s: a.nargs for s, a in parser._option_string_actions.items()}
-json.dump({"version": __version__, "results": results, "options": options}, open(sys.argv[2], "w"))
+from vllm.model_executor.model_loader import _LOAD_FORMAT_TO_MODEL_LOADER  # the loaders --load-format names
+loaders = sorted(_LOAD_FORMAT_TO_MODEL_LOADER)
+answer = {"version": __version__, "results": results, "options": options, "load_formats": loaders}
+json.dump(answer, open(sys.argv[2], "w"))
 """
 
 
@@ -143,6 +146,12 @@ def test_deployctl_says_at_least_what_vllm_says(n: int, real: dict[str, Any]) ->
     unplaced = theirs.partition("unrecognized arguments: ")[2].split()[:1]
     missing = sorted(w for w in flags | choices | set(unplaced) if w not in mine)
     assert not missing, f"vLLM: {theirs}\ndeployctl: {mine}\ndeployctl does not mention {missing}"
+
+
+def test_the_shipped_load_formats_are_the_installed_loaders(real: dict[str, Any]) -> None:
+    # engine.loadFormat is checked against this table before anything starts, because vLLM's parser takes
+    # any string and only a worker, minutes in, looks the loader up.
+    assert list(vllm_loaders.formats(VERSION) or ()) == real["load_formats"]
 
 
 def test_the_shipped_table_is_the_installed_parsers(real: dict[str, Any]) -> None:

@@ -672,12 +672,18 @@ def test_the_page_that_calls_the_crd_unchanged_since_0_1_0_is_right() -> None:
 
     text = " ".join(UPGRADING.read_text(encoding="utf-8").split())
     assert "differs from 0.1.0's in descriptions only" in text, "the page no longer says how the CRD changed"
-    said = "it adds `model.measured`, the `model.weightsDtype` values `mxfp4` and `nvfp4`, and the new catalog keys"
+    said = (
+        "it adds `model.measured`, `engine.loadFormat` and `engine.loadStreamer`, the `model.weightsDtype` values "
+        "`mxfp4` and `nvfp4`, and the new catalog keys"
+    )
     assert said in text, "the page no longer says what the unreleased CRD adds"
     rendered = yaml.safe_load(CliRunner().invoke(cli.main, ["render", "--format", "crd"]).stdout)
     old = yaml.safe_load(OLD_CRD.read_text(encoding="utf-8"))
     model = "/spec/versions/0/schema/openAPIV3Schema/properties/spec/properties/model/properties"
+    engine = "/spec/versions/0/schema/openAPIV3Schema/properties/spec/properties/engine/properties"
     documented = {
+        f"{engine}/loadFormat",
+        f"{engine}/loadStreamer",
         f"{model}/measured",
         f"{model}/weightsDtype/enum",
         f"{model}/architecture/x-kubernetes-validations/0/rule",

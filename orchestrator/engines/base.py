@@ -44,6 +44,8 @@ class ServerSettings:
     offline: bool = True  # airgap.offline: no model hub, no usage statistics
     multi_node: bool = False
     extra_args: tuple[str, ...] = ()
+    load_format: str | None = None  # engine.loadFormat (vLLM's --load-format); None: the engine's default
+    loader_config: str | None = None  # --model-loader-extra-config JSON (engine.loadStreamer)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -104,6 +104,10 @@ class Vllm(base.Engine):
             "--host", "0.0.0.0",
             "--port", str(s.port),
         ]  # fmt: skip
+        if s.load_format is not None:
+            args += ["--load-format", s.load_format]
+        if s.loader_config is not None:
+            args += ["--model-loader-extra-config", s.loader_config]
         return args + list(s.extra_args)
 
     def kv_budget(self, m: base.MemoryInputs) -> base.KvBudget:

@@ -12,11 +12,24 @@ import pydantic
 from pydantic import Field
 
 from orchestrator import engines
-from orchestrator.engines import vllm_flags
+from orchestrator.engines import vllm_flags, vllm_loaders
 from orchestrator.profile import base as profile_base
 from orchestrator.profile import pod as profile_pod
 
 DEFAULT_VLLM_VERSION = engines.VLLM.default_version
+
+
+class StreamerSpec(profile_base.Model):
+    """The Run:ai Model Streamer's settings (vLLM's runai_streamer_loader.py reads these keys)."""
+
+    concurrency: int | None = Field(
+        default=None, ge=1, le=1024, description="Threads reading the weights. Unset: the streamer's default (16)."
+    )
+    memoryLimitBytes: int | None = Field(
+        default=None,
+        ge=-1,
+        description="CPU memory the streamer may buffer, in bytes; -1: unlimited. Unset: the streamer's default.",
+    )
 
 
 class EngineSpec(profile_base.Model):
@@ -114,6 +127,22 @@ class EngineSpec(profile_base.Model):
         description="How long the pod may take to load the model before it is restarted. Unset: derived from "
         "the weights' size (minutes for 70B).",
     )
+    # The two below are left out of dumps when unset, so profiles written before them keep their
+    # content hash (and their pods their template) across a deployctl upgrade.
+    loadFormat: str | None = Field(
+        default=None,
+        exclude_if=lambda value: value is None,
+        description="How vLLM reads the weights (`--load-format`): `safetensors`, `runai_streamer` (the Run:ai "
+        "Model Streamer: the image must hold its package, `vllm[runai]`), `fastsafetensors`, … checked against "
+        "the load formats of `vllmVersion`. Unset: vLLM's default, `auto` (docs/time-to-serving.md#load-formats).",
+        examples=["runai_streamer"],
+    )
+    loadStreamer: StreamerSpec | None = Field(
+        default=None,
+        exclude_if=lambda value: value is None,
+        description="The Run:ai streamer's settings (`--model-loader-extra-config`), with loadFormat "
+        "`runai_streamer` or `runai_streamer_sharded`.",
+    )
     imagePullSecrets: list[str] = Field(
         default_factory=list,
         description="Names of Secrets for the internal registry (only names are stored).",
@@ -200,6 +229,38 @@ class EngineSpec(profile_base.Model):
         if self.kind == "vllm" and both and self.version != self.vllmVersion:
             raise ValueError(f"version {self.version} and vllmVersion {self.vllmVersion} disagree; write one of them")
         return self
+
+    @pydantic.model_validator(mode="after")
+    def _load_format(self) -> EngineSpec:
+        if self.loadFormat is None:
+            if self.loadStreamer is not None:
+                raise profile_base.field_error(
+                    ("loadStreamer",), "loadStreamer needs loadFormat runai_streamer or runai_streamer_sharded"
+                )
+            return self
+        if self.kind != "vllm":
+            raise profile_base.field_error(
+                ("loadFormat",), f"loadFormat is vLLM's --load-format; {self.engine.title} has none that deployctl sets"
+            )
+        if (problem := vllm_loaders.problem(self.loadFormat, self.engine_version)) is not None:
+            raise profile_base.field_error(("loadFormat",), problem)
+        if self.loadStreamer is not None and self.loadFormat not in vllm_loaders.STREAMER_FORMATS:
+            raise profile_base.field_error(
+                ("loadStreamer",),
+                f"loadStreamer sets the Run:ai streamer; loadFormat {self.loadFormat!r} does not use it",
+            )
+        twice = [f for f in ("--load-format", "--model-loader-extra-config") if vllm_flags.has_flag(self.extraArgs, f)]
+        if twice:
+            raise profile_base.field_error(
+                ("extraArgs",), f"{twice[0]} is set by engine.loadFormat here: remove it from extraArgs"
+            )
+        return self
+
+    @property
+    def loader_config(self) -> str | None:
+        """The ``--model-loader-extra-config`` JSON of loadStreamer, or None."""
+        s = self.loadStreamer
+        return vllm_loaders.streamer_config(s.concurrency, s.memoryLimitBytes) if s is not None else None
 
     @property
     def engine(self) -> engines.Engine:

@@ -334,6 +334,8 @@ class Profile(_Model):
             offline=self.airgap.offline,
             multi_node=self.multi_node,
             extra_args=tuple(engine.extraArgs),
+            load_format=engine.loadFormat,
+            loader_config=engine.loader_config,
         )
 
     def spec_hash(self) -> str:
