@@ -100,3 +100,37 @@ def test_a_startup_probe_shorter_than_the_last_start_is_said_before_it_kills_a_l
     assert "set engine.startupSeconds to at least 60" in warning, warning
     probe = env.deployment().spec.template.spec.containers[0].startup_probe
     assert probe.failure_threshold * probe.period_seconds == 30  # the profile's word stands
+
+
+KV_LOG = """\
+INFO 12-06 10:00:01 [gpu_model_runner.py:2000] Model loading took 7.48 GiB memory and 12.5 seconds
+INFO 12-06 10:00:30 [kv_cache_utils.py:1087] GPU KV cache size: 400,000 tokens
+INFO 12-06 10:00:30 [kv_cache_utils.py:1091] Maximum concurrency for 4,096 tokens per request: 97.66x
+"""
+
+
+def test_skip_memory_profiling_starts_from_the_live_revisions_kv_cache(env: ReleaseEnv) -> None:
+    log = env.tmp / "kv.log"
+    log.write_text(KV_LOG)
+    kwoksim.set_namespace_logs(env.cluster, env.namespace, log)
+    assert env.apply(profile(env.namespace)).code == 0
+    assert env.record(1)["observed"][0]["kv_cache_tokens"] == 400_000
+    skip = profile(env.namespace, engine={"skipMemoryProfiling": True, "maxNumSeqs": 16})
+    result = env.apply(skip, filename="skip.yaml")
+    assert result.code == 0, result.stdout + result.stderr
+    assert f"KV cache from the calibration of llm revision 1 in {env.namespace}" in result.stderr, result.stderr
+    args = env.deployment().spec.template.spec.containers[0].args
+    per_token = env.record(2)["plan"]["kv_bytes_per_token_per_gpu"]
+    rendered = int(args[args.index("--kv-cache-memory-bytes") + 1])
+    assert abs(rendered - 400_000 * per_token) < 16 * per_token  # vLLM's 400,000 tokens, to a block
+    assert env.record(2)["plan"]["inputs"]["calibration"]["source"] == f"llm revision 1 in {env.namespace}"
+
+
+def test_skip_memory_profiling_on_a_first_install_is_exit_2_with_nothing_written(env: ReleaseEnv) -> None:
+    result = env.apply(profile(env.namespace, engine={"skipMemoryProfiling": True}))
+    assert result.code == 2, result.stdout + result.stderr
+    assert "engine.skipMemoryProfiling needs a calibration" in result.stderr
+    assert "deployctl plan PROFILE --calibrate-from llm" in result.stderr and "Traceback" not in result.stderr
+    assert env.deployment() is None
+    history = deployctl(env.kubeconfig, "history", "llm", "-n", env.namespace)
+    assert history.code != 0  # no record was written either

@@ -673,7 +673,8 @@ def test_the_page_that_calls_the_crd_unchanged_since_0_1_0_is_right() -> None:
     text = " ".join(UPGRADING.read_text(encoding="utf-8").split())
     assert "differs from 0.1.0's in descriptions only" in text, "the page no longer says how the CRD changed"
     said = (
-        "it adds `model.measured`, `engine.loadFormat` and `engine.loadStreamer`, the `model.weightsDtype` values "
+        "it adds `model.measured`, `engine.loadFormat`, `engine.loadStreamer` and `engine.skipMemoryProfiling`, "
+        "the `model.weightsDtype` values "
         "`mxfp4` and `nvfp4`, and the new catalog keys"
     )
     assert said in text, "the page no longer says what the unreleased CRD adds"
@@ -684,6 +685,7 @@ def test_the_page_that_calls_the_crd_unchanged_since_0_1_0_is_right() -> None:
     documented = {
         f"{engine}/loadFormat",
         f"{engine}/loadStreamer",
+        f"{engine}/skipMemoryProfiling",
         f"{model}/measured",
         f"{model}/weightsDtype/enum",
         f"{model}/architecture/x-kubernetes-validations/0/rule",

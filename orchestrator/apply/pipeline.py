@@ -41,6 +41,9 @@ def apply(profile: Profile, profile_text: str, options: sequence.Options, report
         plan = planner.check(profile)  # refuses (exit 2 or 3) before anything touches a cluster
         verify.gate_target(profile, options.endpoint, options.allowed_gate_hosts)  # so does a refused endpoint
     kube = connect(options.kubeconfig, options.context)
+    if profile.engine.skipMemoryProfiling:
+        with timings.phase("plan"):
+            plan = planner.check(profile, calibration=_live_calibration(kube, profile, options, report))
     with timings.phase("preflight"):
         checked = cluster_preflight.run(kube, profile, plan, options.keys, report, adopt=options.adopt)
     check, objects = checked.verdict, checked.objects
@@ -72,6 +75,21 @@ def apply(profile: Profile, profile_text: str, options: sequence.Options, report
     late = [w for w in (probe_warning, unsigned) if w]
     outcome.warnings = check.warnings + outcome.warnings + late
     return outcome
+
+
+def _live_calibration(kube: Kube, profile: Profile, options: sequence.Options, report: Reporter) -> planner.Calibration:
+    """The calibration engine.skipMemoryProfiling starts from: the release's own trusted records, read
+    before anything is written; exit 2 without one (a first install, another setup, no observation)."""
+    name, namespace = profile.metadata.name, profile.metadata.namespace
+    records = record_trust.for_write(kube, name, namespace, options.keys, report).trusted
+    found = sequence.calibration(list(records), name, namespace, profile)
+    if isinstance(found, str):
+        raise errors.InvalidProfile(
+            f"engine.skipMemoryProfiling needs a calibration, and {found}. Deploy once without "
+            f"skipMemoryProfiling; `deployctl plan PROFILE --calibrate-from {name}` then shows the calibrated plan"
+        )
+    report("plan", f"KV cache from the calibration of {found.source}: vLLM's memory profiling is skipped")
+    return found
 
 
 def _size_startup_probe(

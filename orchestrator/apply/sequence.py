@@ -18,6 +18,7 @@ from orchestrator.apply import verify
 from orchestrator.apply.lock import DEFAULT_TTL_SECONDS, ReleaseLock
 from orchestrator.apply.outcome import INTERNAL_CLASS, Failure
 from orchestrator.kube import Kube, connection
+from orchestrator.plan import planner
 from orchestrator.profile.model import Profile
 from orchestrator.records import releases, writer
 from orchestrator.records import trust as record_trust
@@ -88,6 +89,28 @@ def record_revision(
         observed=judged.observed_json(),
         time_to_serving=judged.serving_json(),
         rollback_of=rollback_of,
+    )
+
+
+def calibration(
+    records: list[releases.Record], release: str, namespace: str, profile: Profile
+) -> planner.Calibration | str:
+    """The planner's error as the newest deployed revision with a vLLM start-up observation showed it
+    (``plan --calibrate-from``, engine.skipMemoryProfiling), or why there is none: the revision ran
+    another model, GPU, vLLM version, TP or PP size (the error does not carry over), or none observed."""
+    for record in reversed(records):
+        observed = record.planner_check()["kv_tokens_observed"]
+        if record.outcome != "deployed" or record.plan is None or not isinstance(observed, int):
+            continue
+        if not planner.same_setup(record.plan, profile):
+            return (
+                f"revision {record.revision} of {release} ran another model, GPU, vLLM version, tensor- or pipeline-"
+                "parallel size than this profile; a calibration only carries over between the same ones"
+            )
+        return planner.calibrate(record.plan, observed, f"{release} revision {record.revision} in {namespace}")
+    return (
+        f"release {release} in {namespace} has no deployed revision with a vLLM start-up observation "
+        "(its pods' logs held no KV cache line); deploy it with this deployctl first"
     )
 
 

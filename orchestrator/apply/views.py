@@ -446,17 +446,7 @@ def calibration(options: connection.Connection, release: str, namespace: str, pr
     records = releases.load_history(kube, release, namespace)
     if not records:
         raise errors.UnknownRelease(conventions.no_records_message(release, namespace))
-    for record in reversed(records):
-        observed = record.planner_check()["kv_tokens_observed"]
-        if record.outcome != "deployed" or record.plan is None or not isinstance(observed, int):
-            continue
-        if not planner.same_setup(record.plan, profile):
-            raise errors.UsageError(
-                f"revision {record.revision} of {release} ran another model, GPU, vLLM version, tensor- or pipeline-"
-                "parallel size than this profile; a calibration only carries over between the same ones"
-            )
-        return planner.calibrate(record.plan, observed, f"{release} revision {record.revision} in {namespace}")
-    raise errors.UsageError(
-        f"release {release} in {namespace} has no deployed revision with a vLLM start-up observation "
-        "(its pods' logs held no KV cache line); deploy it with this deployctl first"
-    )
+    found = sequence.calibration(records, release, namespace, profile)
+    if isinstance(found, str):
+        raise errors.UsageError(found)
+    return found

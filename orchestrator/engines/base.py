@@ -46,6 +46,7 @@ class ServerSettings:
     extra_args: tuple[str, ...] = ()
     load_format: str | None = None  # engine.loadFormat (vLLM's --load-format); None: the engine's default
     loader_config: str | None = None  # --model-loader-extra-config JSON (engine.loadStreamer)
+    kv_cache_memory_bytes: int | None = None  # engine.skipMemoryProfiling: the calibrated KV cache per GPU
 
 
 @dataclasses.dataclass(frozen=True)

@@ -104,6 +104,8 @@ class Vllm(base.Engine):
             "--host", "0.0.0.0",
             "--port", str(s.port),
         ]  # fmt: skip
+        if s.kv_cache_memory_bytes is not None:
+            args += ["--kv-cache-memory-bytes", str(s.kv_cache_memory_bytes)]
         if s.load_format is not None:
             args += ["--load-format", s.load_format]
         if s.loader_config is not None:

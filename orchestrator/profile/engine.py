@@ -17,6 +17,7 @@ from orchestrator.profile import base as profile_base
 from orchestrator.profile import pod as profile_pod
 
 DEFAULT_VLLM_VERSION = engines.VLLM.default_version
+KV_MEMORY_FLAG = "--kv-cache-memory-bytes"  # vLLM's KV cache size, which skips its memory profiling
 
 
 class StreamerSpec(profile_base.Model):
@@ -137,6 +138,14 @@ class EngineSpec(profile_base.Model):
         "the load formats of `vllmVersion`. Unset: vLLM's default, `auto` (docs/time-to-serving.md#load-formats).",
         examples=["runai_streamer"],
     )
+    skipMemoryProfiling: bool | None = Field(
+        default=None,
+        exclude_if=lambda value: value is None,
+        description="Start vLLM with `--kv-cache-memory-bytes` from a calibration (the KV cache a running vLLM of "
+        "the same model, GPU, vLLM version, TP and PP allocated) instead of measuring it in a profiling run. "
+        "`apply` takes the calibration from the release's live revision; without one it is refused (exit 2). "
+        "Unset or false: vLLM profiles as usual (docs/time-to-serving.md#skip-memory-profiling).",
+    )
     loadStreamer: StreamerSpec | None = Field(
         default=None,
         exclude_if=lambda value: value is None,
@@ -253,6 +262,27 @@ class EngineSpec(profile_base.Model):
         if twice:
             raise profile_base.field_error(
                 ("extraArgs",), f"{twice[0]} is set by engine.loadFormat here: remove it from extraArgs"
+            )
+        return self
+
+    @pydantic.model_validator(mode="after")
+    def _memory_profiling(self) -> EngineSpec:
+        if not self.skipMemoryProfiling:
+            return self
+        if self.kind != "vllm":
+            raise profile_base.field_error(
+                ("skipMemoryProfiling",),
+                f"skipMemoryProfiling renders vLLM's --kv-cache-memory-bytes; {self.engine.title} has no such flag",
+            )
+        version = self.engine_version
+        if version in vllm_flags.known_versions() and KV_MEMORY_FLAG not in vllm_flags.flag_set(version).flags:
+            having = [v for v in vllm_flags.known_versions() if KV_MEMORY_FLAG in vllm_flags.flag_set(v).flags]
+            raise profile_base.field_error(
+                ("skipMemoryProfiling",), f"vLLM {version} has no {KV_MEMORY_FLAG}; vLLM {', '.join(having)} has it"
+            )
+        if vllm_flags.has_flag(self.extraArgs, KV_MEMORY_FLAG):
+            raise profile_base.field_error(
+                ("extraArgs",), f"{KV_MEMORY_FLAG} is set by engine.skipMemoryProfiling here: remove it from extraArgs"
             )
         return self
 

@@ -8,6 +8,7 @@ nodes the group engine's commands and the copies' names, hashed from their pod t
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import math
@@ -75,7 +76,7 @@ def values(profile: profiles.Profile, plan: planner.Plan, strategy: Mapping[str,
         strategy=rolling,
         progressDeadlineSeconds=rollout.progressDeadlineSeconds,
         revisionHistoryLimit=rollout.revisionHistory,
-        server=_server(profile),
+        server=_server(profile, plan),
         group=_group(profile, rolling),
         model=_model(profile.model.name, profile.model.source),
         resources=_resources(engine, profile.gpus_per_pod),
@@ -109,11 +110,14 @@ def values(profile: profiles.Profile, plan: planner.Plan, strategy: Mapping[str,
     return _with_copies(values, profile)
 
 
-def _server(profile: profiles.Profile) -> chart_values.ServerValues:
+def _server(profile: profiles.Profile, plan: planner.Plan) -> chart_values.ServerValues:
     serving = profile.engine.engine
+    settings = profile.server_settings()
+    if profile.engine.skipMemoryProfiling:
+        settings = dataclasses.replace(settings, kv_cache_memory_bytes=calibrated_kv_bytes(plan))
     return chart_values.ServerValues(
         command=list(serving.command),
-        args=_literal_args(serving.args(profile.server_settings())),
+        args=_literal_args(serving.args(settings)),
         port=profile.engine.port,
         healthPath=serving.health_path,
         env=_env(profile),
@@ -196,6 +200,18 @@ def _env(profile: profiles.Profile) -> list[dict[str, object]]:
             }
         )
     return env
+
+
+def calibrated_kv_bytes(plan: planner.Plan) -> int:
+    """The KV cache per GPU in bytes of a calibrated plan (engine.skipMemoryProfiling); exit 2 without one."""
+    if plan.inputs["calibration"] is None:
+        raise errors.InvalidProfile(
+            "engine.skipMemoryProfiling needs a calibration: the KV cache a running vLLM of the same model, GPU, "
+            "vLLM version, TP and PP allocated. `deployctl apply` takes it from the release's live revision; "
+            "`deployctl plan PROFILE --calibrate-from RELEASE` shows the calibrated plan. Without a revision that "
+            "ran, deploy once without skipMemoryProfiling"
+        )
+    return int(plan.kv_cache_gib_per_gpu * (1 << 30))
 
 
 def startup_seconds(profile: profiles.Profile, plan: planner.Plan) -> int:
