@@ -33,7 +33,7 @@ def test_a_revision_records_its_time_to_serving_by_step_pod_and_engine_phase(env
     serving = result.json["time_to_serving"]
     assert serving["until"] == "first_token"
     assert set(serving["steps"]) == {"rollout", "health", "first_token"}
-    assert abs(serving["seconds"] - sum(serving["steps"].values())) < 0.01
+    assert 0 < serving["steps"]["first_token"] < 5  # the smoke run's first token, its warm-up request's
     assert serving["steps"]["rollout"] >= READY_DELAY - 1  # the API server's clock counts whole seconds
     (pod,) = serving["pods"]
     assert pod["node"] and pod["pod"].startswith("llm-")

@@ -412,6 +412,20 @@ def test_warmup_requests_are_sent_but_not_measured() -> None:
     assert report.completed == 3 and report.duration == pytest.approx(0.48)
 
 
+def test_the_first_token_is_timed_from_the_runs_start_warm_up_included() -> None:
+    # A server that just became healthy: its first answer is slow, the later ones are not. The time to
+    # serving ends at that first token, which only the warm-up request saw.
+    cold = [True]
+
+    def respond(_: httpx.Request) -> Sequence[Step]:
+        slow, cold[0] = cold[0], False
+        return vllm_steps(2.0 if slow else 0.1, 0.02, 4)
+
+    report = run(config(requests=3, warmup=1), respond)
+    assert report.first_token_s == pytest.approx(2.0)
+    assert min(report.ttfts_ms) == pytest.approx(100.0)  # the measured requests never saw the cold one
+
+
 def test_chunks_are_counted_when_usage_is_missing() -> None:
     report = run(config(), lambda _: vllm_steps(0.1, 0.02, 4, prompt_tokens=None))
     assert report.total_output_tokens == 12

@@ -72,3 +72,15 @@ def test_another_engine_or_the_flag_in_extra_args_is_refused(tmp_path: pathlib.P
     assert "--kv-cache-memory-bytes is set by engine.skipMemoryProfiling" in twice.output
     assert json.dumps(twice.output)  # one paragraph of text, no traceback
     assert "Traceback" not in tgi.output + twice.output
+
+
+def test_the_calibration_holds_over_many_revisions_that_skipped_profiling() -> None:
+    # Revision 1 profiled and had 10 % less KV cache than planned. Revision 2 starts with that cache
+    # (skipMemoryProfiling) and logs exactly it; revision 3, calibrated from revision 2, must keep it.
+    prof = profiles.Profile.model_validate(_doc(skipMemoryProfiling=True))
+    first = planner.plan(prof)
+    observed = first.kv_cache_tokens * 9 // 10
+    second = planner.check(prof, calibration=planner.calibrate(first.to_json(), observed, "llm revision 1"))
+    third = planner.check(prof, calibration=planner.calibrate(second.to_json(), observed, "llm revision 2"))
+    assert abs(third.kv_cache_gib_per_gpu - second.kv_cache_gib_per_gpu) < 0.005  # the record keeps 3 decimals
+    assert third.kv_cache_gib_per_gpu < first.kv_cache_gib_per_gpu * 0.95

@@ -77,3 +77,11 @@ def test_an_unknown_phase_name_is_refused_where_an_engine_declares_it() -> None:
 def test_the_summary_reads_in_start_order() -> None:
     summary = startup_phases.summary(engines.VLLM.phases(_log("vllm-0.19-llmd-llama31-8b.log")))
     assert summary.startswith("weights_read 13.5 s, model_load 14.4 s") and summary.endswith("engine_init 21.4 s")
+
+
+def test_a_line_whose_figure_is_no_number_is_left_out_not_a_crash() -> None:
+    text = (
+        "Loading weights took . seconds\nLoading weights took 1.2.3 seconds\n"
+        "init engine (profile, create kv cache, warmup model) took 2.5 s\n"
+    )
+    assert engines.VLLM.phases(text) == {"engine_init": 2.5}

@@ -10,7 +10,7 @@ from typing import Any, cast
 import pytest
 from test_gate import report
 
-from orchestrator.apply import cluster_preflight, pipeline
+from orchestrator.apply import cluster_preflight, pipeline, verify
 from orchestrator.apply import time_to_serving as tts
 from orchestrator.gate import verdict as gate
 from orchestrator.plan import planner
@@ -180,7 +180,17 @@ def test_the_slowest_start_of_a_record_and_the_probe_it_calls_for() -> None:
     assert tts.slowest_start(stored) == 410.0
     assert tts.slowest_start(None) is None and tts.slowest_start({"pods": []}) is None
     assert tts.startup_floor(410.0) == 660  # 615 s with the margin, in whole minutes
-    assert tts.startup_floor(10**6) == tts.STARTUP_CEILING_SECONDS  # a record never widens it further
+
+
+@pytest.mark.parametrize("forged", [10**400, 1e308 * 10, -5, "410", True, 8 * 24 * 3600])
+def test_a_figure_in_a_record_that_no_start_can_have_is_unknown(forged: object) -> None:
+    stored = {
+        "seconds": forged,
+        "steps": {"rollout": forged},
+        "pods": [{"pod": "p", "seconds": forged, "steps": {"engine_start": forged}}],
+    }
+    assert tts.slowest_start(stored) is None
+    assert tts.summary(stored) == "? until healthy: rollout ?"
 
 
 def _rendered(name: str = "dev-tp2.yaml", **engine: object) -> tuple[profiles.Profile, list[dict[str, Any]]]:
@@ -198,42 +208,80 @@ def _live(prof: profiles.Profile, engine_start: float) -> releases.Record:
     return cast(releases.Record, live)
 
 
-def test_an_upgrade_raises_the_startup_probe_past_the_last_slow_start() -> None:
+def test_a_startup_probe_shorter_than_the_last_start_is_said_with_the_number_to_set() -> None:
     prof, objects = _rendered()
     allowed = cluster_preflight.startup_budget(objects)
     assert allowed is not None
-    said: list[str] = []
-    warning = pipeline._size_startup_probe(prof, _live(prof, allowed), objects, True, lambda _s, m: said.append(m))
-    assert warning is None
-    floor = tts.startup_floor(allowed)
-    assert cluster_preflight.startup_budget(objects) == floor
-    assert said == [
-        f"startup probe raised from {allowed} s to {floor} s: revision 3's pods took up to {allowed} s "
-        "from container start to Ready"
-    ]
-
-
-def test_a_start_the_probe_already_covers_changes_nothing() -> None:
-    prof, objects = _rendered()
     before = render.to_yaml(objects)
-    assert pipeline._size_startup_probe(prof, _live(prof, 30.0), objects, True, lambda _s, _m: None) is None
-    assert render.to_yaml(objects) == before
+    warning = pipeline._startup_probe_warning(prof, _live(prof, allowed), objects)
+    assert warning == (
+        f"the startup probe allows {allowed} s but revision 3's pods took up to {allowed} s from container start "
+        f"to Ready: a restarted pod would be killed while it loads; set engine.startupSeconds to at least "
+        f"{tts.startup_floor(allowed)}"
+    )
+    assert render.to_yaml(objects) == before  # said, never changed: a probe change would replace every pod
 
 
-def test_an_explicit_startup_seconds_or_unchanged_pods_get_a_warning_not_a_change() -> None:
-    prof, objects = _rendered(startupSeconds=120)
-    before = render.to_yaml(objects)
-    warning = pipeline._size_startup_probe(prof, _live(prof, 400.0), objects, True, lambda _s, _m: None)
-    assert warning is not None and "set engine.startupSeconds to at least 600" in warning
-    assert render.to_yaml(objects) == before
+def test_a_start_the_probe_already_covers_says_nothing() -> None:
     prof, objects = _rendered()
-    allowed = cluster_preflight.startup_budget(objects) or 0
-    assert pipeline._size_startup_probe(prof, _live(prof, allowed), objects, False, lambda _s, _m: None)
+    assert pipeline._startup_probe_warning(prof, _live(prof, 30.0), objects) is None
 
 
 def test_a_start_seen_on_another_setup_says_nothing_about_this_one() -> None:
     prof, objects = _rendered()
     other, _ = _rendered("prod-tp4.yaml")
-    before = render.to_yaml(objects)
-    assert pipeline._size_startup_probe(prof, _live(other, 10**5), objects, True, lambda _s, _m: None) is None
-    assert render.to_yaml(objects) == before
+    assert pipeline._startup_probe_warning(prof, _live(other, 10**5), objects) is None
+
+
+# --- the release's clock and the first token ----------------------------------------------------------
+
+
+def test_the_first_token_step_is_what_the_smoke_run_adds_after_rollout_and_health() -> None:
+    clock = verify._Clock(started=0.0)
+    clock.steps = {"rollout": 30.0, "health": 2.0}
+    serving = clock.serving((), until_first_token=35.5)
+    assert serving.steps == {"rollout": 30.0, "health": 2.0, "first_token": 3.5} and serving.seconds == 35.5
+    assert serving.until == "first_token"
+    assert clock.serving(()).until == "healthy" and clock.serving(()).seconds == 32.0
+
+
+def test_the_time_to_serving_at_the_first_token_adds_the_runs_own_first_token() -> None:
+    measured = report().model_copy(update={"first_token_s": 1.25})
+    assert verify._first_token(measured, 32.0, 0.0) == 33.25
+    assert verify._first_token(measured, 32.0, 10.0) == 43.25  # an attempt that got no token went before
+    assert verify._first_token(measured, None, 0.0) is None  # not timed: `deployctl gate` has no rollout
+    assert verify._first_token(report().model_copy(update={"first_token_s": None}), 32.0, 0.0) is None
+
+
+def test_a_regression_check_never_compares_starts() -> None:
+    # The previous revision may have replaced no pod: its time to serving says nothing about a start.
+    previous = gate.evaluate(report(), {}, min_samples=1, serving=3.0).to_json()
+    now = gate.evaluate(
+        report(), {"time_to_serving_s": "<=600"}, 1, previous_report=previous, max_regression_pct=10.0, serving=300.0
+    )
+    assert now.verdict is gate.Verdict.PASS
+    assert [c.metric for c in now.checks if c.metric == "time_to_serving_s"] == ["time_to_serving_s"]
+
+
+# --- what the cluster says that no kubelet would -------------------------------------------------------
+
+
+def test_times_without_a_zone_are_read_as_utc_beside_ones_with_it() -> None:
+    pod = _pod()
+    pod["metadata"]["creationTimestamp"] = "2026-12-06T10:00:00"  # no zone: UTC, as the API means it
+    assert tts.pod_start(pod, [], {}).steps["scheduling"] == 2.0
+
+
+def test_figures_no_start_can_have_are_unknown() -> None:
+    huge = "9" * 400
+    forged = [
+        _event(f'Successfully pulled image "{IMAGE}" in {huge}s'),
+        _event(f'Successfully pulled image "{IMAGE}" in 1s (2s including waiting). Image size: {huge} bytes.'),
+    ]
+    assert tts.image_pull(forged[:1], IMAGE) is None  # longer than a week: written, not measured
+    pull = tts.image_pull(forged[1:], IMAGE)
+    assert pull is not None and pull.seconds == 1.0 and pull.image_bytes is None
+    pod = _pod()
+    pod["status"]["conditions"][1]["lastTransitionTime"] = "9999-12-31T23:59:59Z"
+    assert tts.pod_start(pod, [], {"weights_read": float("inf")}).steps["engine_start"] is None
+    assert tts.pod_start(pod, [], {"weights_read": float("inf")}).engine == {}

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import math
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -102,14 +101,6 @@ def startup_budget(objects: list[dict[str, Any]]) -> int | None:
     """Seconds the rendered startup probe lets a pod load (failureThreshold × periodSeconds); None without one."""
     probes = _startup_probes(objects)
     return min(int(p["failureThreshold"]) * int(p["periodSeconds"]) for p in probes) if probes else None
-
-
-def with_startup_budget(objects: list[dict[str, Any]], seconds: int) -> None:
-    """Let every startup probe of ``objects`` allow at least ``seconds``."""
-    for probe in _startup_probes(objects):
-        probe["failureThreshold"] = max(
-            int(probe["failureThreshold"]), math.ceil(seconds / int(probe["periodSeconds"]))
-        )
 
 
 def _verdict(kube: Kube, profile: Profile, objects: list[dict[str, Any]]) -> tuple[preflight.Preflight, bool]:

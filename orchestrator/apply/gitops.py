@@ -8,6 +8,7 @@ so it exits 10, not 6.
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from orchestrator import conventions
@@ -22,8 +23,9 @@ from orchestrator.render import manifests as render
 
 
 def gate(profile: Profile, profile_text: str, options: sequence.Options, report: verify.Reporter) -> Outcome:
-    """Wait for the sync, judge the synced revision and record it (deployed or failed)."""
-    timings, name, namespace = Timings(), profile.metadata.name, profile.metadata.namespace
+    """Wait for the sync, judge the synced revision and record it (deployed or failed); its time to
+    serving counts from the gate's start, as the write was the GitOps tool's."""
+    timings, name, namespace, begun = Timings(), profile.metadata.name, profile.metadata.namespace, time.monotonic()
     with timings.phase("plan"):
         plan = planner.check(profile)
         verify.gate_target(profile, options.endpoint, options.allowed_gate_hosts)  # refused before any wait
@@ -47,7 +49,9 @@ def gate(profile: Profile, profile_text: str, options: sequence.Options, report:
         draft = writer.Draft.of_profile(profile, plan.to_json(), applied, profile_text, actor, options.keys.signer)
         try:
             previous = live.gate if live else None
-            judged = verify.verify(kube, name, namespace, spec, previous, report, timings, abort=lock.lost_reason)
+            judged = verify.verify(
+                kube, name, namespace, spec, previous, report, timings, abort=lock.lost_reason, started=begun
+            )
         except Exception as e:  # the gate's verdict is recorded whatever happened
             judged = verify.Judgement(sequence.unexpected_failure(e, timings.current))
         failure, gate_report = judged.failure, judged.smoke
@@ -58,29 +62,12 @@ def gate(profile: Profile, profile_text: str, options: sequence.Options, report:
             f"revision {record.revision} failed its gate ({failure.cls}): {failure.message}. "
             "In GitOps, roll back by reverting the commit"
         )
-        serving = judged.serving_json()
-        return Outcome(
-            "gate_failed",
-            name,
-            namespace,
-            message,
-            record.revision,
-            failure,
-            timings,
-            gate_report,
-            time_to_serving=serving,
-        )
-    message = f"revision {record.revision} of {name} passed its gate"
-    return Outcome(
-        "deployed",
-        name,
-        namespace,
-        message,
-        record.revision,
-        timings=timings,
-        gate=gate_report,
-        time_to_serving=judged.serving_json(),
-    )
+        ended = Outcome("gate_failed", name, namespace, message, record.revision, failure, timings, gate_report)
+    else:
+        message = f"revision {record.revision} of {name} passed its gate"
+        ended = Outcome("deployed", name, namespace, message, record.revision, timings=timings, gate=gate_report)
+    ended.time_to_serving = judged.serving_json()
+    return ended
 
 
 def _wait_for_sync(

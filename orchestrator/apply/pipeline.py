@@ -11,6 +11,7 @@ good release's stored bytes restored (or, on a first install, removal of what wa
 from __future__ import annotations
 
 import dataclasses
+import time
 from typing import Any
 
 from orchestrator import conventions, engines, errors
@@ -25,6 +26,7 @@ from orchestrator.profile.model import Profile
 from orchestrator.records import audit, purge, releases, revisions, writer
 from orchestrator.records import trust as record_trust
 from orchestrator.render import manifests as render
+from orchestrator.render import resolve
 
 Reporter = verify.Reporter
 # The failure class of a restore whose target no trusted key vouches for (docs/security.md).
@@ -58,7 +60,7 @@ def apply(profile: Profile, profile_text: str, options: sequence.Options, report
     with sequence.release_lock(kube, namespace, name, checked.user, options, report) as lock:
         # Only records deployctl's key signed decide what is live (and so what a failure restores).
         live = revisions.live(record_trust.for_write(kube, name, namespace, options.keys, report).trusted)
-        probe_warning = _size_startup_probe(profile, live, objects, checked.replaces_pods, report)
+        probe_warning = _startup_probe_warning(profile, live, objects)
         manifests = render.to_yaml(objects).encode()
         actor = writer.actor(checked.user, options.environ)
         draft = writer.Draft.of_profile(profile, plan.to_json(), manifests, profile_text, actor, options.keys.signer)
@@ -84,35 +86,26 @@ def _live_calibration(kube: Kube, profile: Profile, options: sequence.Options, r
     records = record_trust.for_write(kube, name, namespace, options.keys, report).trusted
     found = sequence.calibration(list(records), name, namespace, profile)
     if isinstance(found, str):
-        raise errors.InvalidProfile(
-            f"engine.skipMemoryProfiling needs a calibration, and {found}. Deploy once without "
-            f"skipMemoryProfiling; `deployctl plan PROFILE --calibrate-from {name}` then shows the calibrated plan"
-        )
+        raise resolve.needs_calibration(found, name)
     report("plan", f"KV cache from the calibration of {found.source}: vLLM's memory profiling is skipped")
     return found
 
 
-def _size_startup_probe(
-    profile: Profile, live: releases.Record | None, objects: list[dict[str, Any]], replaces_pods: bool, report: Reporter
-) -> str | None:
-    """Let the startup probe outlast the slowest start the live revision showed on the same setup, so
-    that a restart never kills a pod that is still loading (time_to_serving.startup_floor). It is raised
-    in ``objects`` when their pods are replaced anyway and the profile gives no engine.startupSeconds;
-    otherwise the shortfall is returned as a warning."""
+def _startup_probe_warning(profile: Profile, live: releases.Record | None, objects: list[dict[str, Any]]) -> str | None:
+    """Whether the startup probe would kill a pod still loading: the slowest start the live revision
+    showed on the same setup, with time_to_serving.STARTUP_MARGIN, against what the rendered probe
+    allows. Said, never changed here: a probe is part of the pod template, so changing it by itself
+    would replace every pod on an apply that changes nothing else; engine.startupSeconds is the fix."""
     same = live is not None and live.plan is not None and planner.same_setup(live.plan, profile)
     slowest = time_to_serving.slowest_start(live.time_to_serving) if live and same else None
     allowed = cluster_preflight.startup_budget(objects)
     if slowest is None or allowed is None or (floor := time_to_serving.startup_floor(slowest)) <= allowed:
         return None
     assert live is not None
-    seen = f"revision {live.revision}'s pods took up to {slowest:.0f} s from container start to Ready"
-    if profile.engine.startupSeconds is None and replaces_pods:
-        cluster_preflight.with_startup_budget(objects, floor)
-        report("apply", f"startup probe raised from {allowed} s to {floor} s: {seen}")
-        return None
     return (
-        f"the startup probe allows {allowed} s but {seen}: a restarted pod would be killed while it loads; "
-        f"set engine.startupSeconds to at least {floor}"
+        f"the startup probe allows {allowed} s but revision {live.revision}'s pods took up to {slowest:.0f} s from "
+        f"container start to Ready: a restarted pod would be killed while it loads; set engine.startupSeconds to "
+        f"at least {floor}"
     )
 
 
@@ -181,7 +174,7 @@ def _deploy(
 ) -> Outcome:
     """Everything after the first write: apply, verify, record; any failure ends in ``_fail``
     (``existed``: the objects there before the apply, which a failed first install leaves)."""
-    name, namespace = draft.release, draft.namespace
+    name, namespace, written = draft.release, draft.namespace, time.monotonic()  # the time to serving starts here
     judged = verify.Judgement(None)
     try:
         with timings.phase("apply"):
@@ -194,7 +187,9 @@ def _deploy(
             except errors.ClusterError as e:
                 raise _Stop(Failure("apply", e.message, "apply")) from e
         previous = live.gate if live else None
-        judged = verify.verify(kube, name, namespace, spec, previous, report, timings, abort=lock.lost_reason)
+        judged = verify.verify(
+            kube, name, namespace, spec, previous, report, timings, abort=lock.lost_reason, started=written
+        )
         failure = judged.failure
         if failure is None and (lost := lock.lost_reason()) is not None:
             failure = Failure("lock_lost", lost, "record")
@@ -373,6 +368,7 @@ def restore(
     spec = verify.stored_spec(
         target, objects, timeout=options.timeout, endpoint=options.endpoint, allowed_hosts=options.allowed_gate_hosts
     )
+    written = time.monotonic()
     try:
         with timings.phase("apply"):
             if spec.group is not None:
@@ -380,7 +376,7 @@ def restore(
                 # target's copies need when those were removed for it.
                 _remove_old_copies(kube, name, namespace, objects, spec.rollout_timeout)
             applyset.apply(kube, name, namespace, objects)
-        judged = verify.verify(kube, name, namespace, spec, None, report, timings, phase="rollback")
+        judged = verify.verify(kube, name, namespace, spec, None, report, timings, phase="rollback", started=written)
     except Exception as e:  # a restore that cannot finish is said, never a traceback
         judged = verify.Judgement(sequence.unexpected_failure(e, timings.current))
     failure = judged.failure

@@ -107,7 +107,10 @@ def calibration(
                 f"revision {record.revision} of {release} ran another model, GPU, vLLM version, tensor- or pipeline-"
                 "parallel size than this profile; a calibration only carries over between the same ones"
             )
-        return planner.calibrate(record.plan, observed, f"{release} revision {record.revision} in {namespace}")
+        try:
+            return planner.calibrate(record.plan, observed, f"{release} revision {record.revision} in {namespace}")
+        except (KeyError, TypeError, ValueError, OverflowError):  # a plan edited by hand: no calibration from it
+            continue
     return (
         f"release {release} in {namespace} has no deployed revision with a vLLM start-up observation "
         "(its pods' logs held no KV cache line); deploy it with this deployctl first"

@@ -27,6 +27,7 @@ from collections.abc import Iterable, Mapping
 from orchestrator.engines import startup_phases
 from orchestrator.kube import status as kube_status
 from orchestrator.kube.status import Object
+from orchestrator.records import encoding
 
 # The release's steps, in order (verify's timings of the same names), and each pod's.
 RELEASE_STEPS = ("rollout", "health", "first_token")
@@ -37,14 +38,13 @@ POD_STEPS = ("scheduling", "image_pull", "container_start", "engine_start")
 #   Successfully pulled image "img" in 4.358s (11.963s including waiting). Image size: 8123456 bytes.
 _PULLED = re.compile(
     r'Successfully pulled image "(?P<image>[^"]+)" in (?P<pull>[0-9.hmsµun]+)'
-    r"(?: \((?P<waited>[0-9.hmsµun]+) including waiting\))?(?:\. Image size: (?P<bytes>\d+) bytes)?"
+    r"(?: \((?P<waited>[0-9.hmsµun]+) including waiting\))?(?:\. Image size: (?P<bytes>\d{1,18}) bytes)?"
 )
 _PRESENT = re.compile(r'Container image "(?P<image>[^"]+)" already present on machine')
-# A restart must never kill a pod that is still loading: the startup probe allows the slowest start
-# a revision of the same setup showed, times this margin, in whole minutes, and never more than two
-# hours (policy.rules' ceiling for engine.startupSeconds: a record cannot widen the probe further).
+# A restart must never kill a pod that is still loading: the startup probe should allow the slowest
+# start a revision of the same setup showed, times this margin, in whole minutes.
 STARTUP_MARGIN = 1.5
-STARTUP_CEILING_SECONDS = 7200
+seconds_of = encoding.seconds  # every figure read from events, logs and records passes it
 _GO_UNIT = re.compile(r"(\d+(?:\.\d+)?)(h|ms|m|s|µs|us|ns)")
 _UNIT_SECONDS = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 1e-3, "µs": 1e-6, "us": 1e-6, "ns": 1e-9}
 
@@ -54,7 +54,7 @@ def go_duration(text: str) -> float | None:
     parts = _GO_UNIT.findall(text)
     if not parts or "".join(n + u for n, u in parts) != text:
         return None
-    return sum(float(n) * _UNIT_SECONDS[u] for n, u in parts)
+    return seconds_of(sum(float(n) * _UNIT_SECONDS[u] for n, u in parts))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -72,6 +72,8 @@ def image_pull(events: Iterable[Object], image: str) -> Pull | None:
         if kube_status.text(event.get("reason")) != "Pulled":
             continue
         message = kube_status.text(event.get("message"))
+        # Which component wrote the event is not checked: anyone who may create events in the namespace
+        # can also write one that says "kubelet", so the figures are the kubelet's word as far as it goes.
         if (present := _PRESENT.search(message)) and present["image"] == image:
             return Pull(0.0)
         pulled = _PULLED.search(message)
@@ -85,13 +87,16 @@ def image_pull(events: Iterable[Object], image: str) -> Pull | None:
 def _instant(text: str) -> datetime.datetime | None:
     """An RFC 3339 time as the API server writes it; None when absent or malformed."""
     try:
-        return datetime.datetime.fromisoformat(text.replace("Z", "+00:00")) if text else None
+        moment = datetime.datetime.fromisoformat(text.replace("Z", "+00:00")) if text else None
     except ValueError:
         return None
+    if moment is not None and moment.tzinfo is None:  # the API writes UTC; a time without a zone is read as UTC
+        moment = moment.replace(tzinfo=datetime.timezone.utc)
+    return moment
 
 
 def _between(start: datetime.datetime | None, end: datetime.datetime | None) -> float | None:
-    return max(0.0, (end - start).total_seconds()) if start and end else None
+    return seconds_of(max(0.0, (end - start).total_seconds())) if start and end else None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -104,6 +109,7 @@ class PodStart:
     engine: Mapping[str, float]
     image_bytes: int | None = None
     pull_waited: float | None = None
+    restarts: int = 0  # of the serving container: a startup probe that killed a loading pod shows here
 
     @property
     def seconds(self) -> float | None:
@@ -120,6 +126,7 @@ class PodStart:
             "engine": dict(self.engine),
             "image_bytes": self.image_bytes,
             "pull_waited": self.pull_waited,
+            "restarts": self.restarts,
         }
 
 
@@ -144,9 +151,10 @@ def pod_start(pod: Object, events: Iterable[Object], engine_phases: Mapping[str,
         view.meta.name,
         view.node,
         {k: None if v is None else round(v, 3) for k, v in steps.items()},
-        dict(engine_phases),
+        {k: v for k, v in engine_phases.items() if seconds_of(v) is not None},
         pull.image_bytes if pull else None,
         pull.waited if pull else None,
+        running.restart_count if running else 0,
     )
 
 
@@ -166,10 +174,6 @@ class TimeToServing:
         """What "serving" meant: the first token of the smoke run, or healthy when it did not run."""
         return "first_token" if "first_token" in self.steps else "healthy"
 
-    def slowest(self) -> PodStart | None:
-        timed = [p for p in self.pods if p.seconds is not None]
-        return max(timed, key=lambda p: p.seconds or 0.0) if timed else (self.pods[0] if self.pods else None)
-
     def to_json(self) -> dict[str, object]:
         return {
             "seconds": self.seconds,
@@ -182,13 +186,13 @@ class TimeToServing:
 def slowest_start(stored: Mapping[str, object] | None) -> float | None:
     """The slowest engine start (container started → Ready) among a stored ``TimeToServing.to_json()``'s pods."""
     pods = kube_status.mappings((stored or {}).get("pods"))
-    starts = [s for p in pods if isinstance(s := kube_status.mapping(p.get("steps")).get("engine_start"), (int, float))]
-    return float(max(starts)) if starts else None
+    starts = [s for p in pods if (s := seconds_of(kube_status.mapping(p.get("steps")).get("engine_start"))) is not None]
+    return max(starts) if starts else None
 
 
 def startup_floor(slowest: float) -> int:
-    """Seconds the startup probe must allow for a start as slow as ``slowest`` (STARTUP_MARGIN)."""
-    return min(STARTUP_CEILING_SECONDS, math.ceil(slowest * STARTUP_MARGIN / 60) * 60)
+    """Seconds the startup probe should allow for a start as slow as ``slowest`` (STARTUP_MARGIN)."""
+    return math.ceil(slowest * STARTUP_MARGIN / 60) * 60
 
 
 def summary(stored: Mapping[str, object]) -> str:
@@ -199,7 +203,7 @@ def summary(stored: Mapping[str, object]) -> str:
     )
     parts = [f"{name.replace('_', ' ')} {_s(steps[name])}" for name in RELEASE_STEPS if name in steps]
     timed = [
-        (s, p) for p in kube_status.mappings(stored.get("pods")) if isinstance(s := p.get("seconds"), (int, float))
+        (s, p) for p in kube_status.mappings(stored.get("pods")) if (s := seconds_of(p.get("seconds"))) is not None
     ]
     if timed:
         slow = max(timed, key=lambda pair: pair[0])[1]
@@ -213,4 +217,4 @@ def summary(stored: Mapping[str, object]) -> str:
 
 
 def _s(value: object) -> str:
-    return f"{float(value):.1f} s" if isinstance(value, (int, float)) and not isinstance(value, bool) else "?"
+    return "?" if (seconds := seconds_of(value)) is None else f"{seconds:.1f} s"

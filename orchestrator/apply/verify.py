@@ -252,10 +252,12 @@ def verify(
     *,
     abort: Abort = lambda: None,
     phase: str = "",
+    started: float | None = None,
 ) -> Judgement:
     """Watch, health-gate, read the start-up logs, smoke-gate; ``previous`` is the live release's
-    stored gate report, for the regression check. The time to serving is counted from the call."""
-    clock = _Clock()
+    stored gate report, for the regression check. The time to serving is counted from ``started``
+    (``time.monotonic()`` before the first write), else from the call."""
+    clock = _Clock(started)
     with timings.phase("rollout"):
         result = _watch(kube, name, namespace, spec, lambda m: report(phase or "rollout", m), abort)
     if not result.ok:
@@ -272,22 +274,15 @@ def verify(
     with contextlib.ExitStack() as forwards:
         with timings.phase("health"):  # opening the port-forwards is part of reaching the pods
             urls = forwards.enter_context(pod_urls(kube, namespace, result.new_pods, spec.port, spec.endpoint))
-            healthy = health.wait_healthy(
-                urls,
-                spec.model,
-                timeout=spec.health_timeout,
-                path=spec.health_path,
-                progress=lambda m: report(phase or "health", m),
-                api_key=api_key,
-            )
+            healthy = _wait_healthy(urls, spec, lambda m: report(phase or "health", m), api_key)
         if healthy.unauthorized is not None:
             return _could_not_measure(gate_auth.refused_message(namespace, spec.api_key_secret, healthy.unauthorized))
         if not healthy.ok:
-            message = f"the new pods did not pass the health gate: {healthy.explain()}"
-            return Judgement(Failure("health", message, "health"))
+            return Judgement(
+                Failure("health", f"the new pods did not pass the health gate: {healthy.explain()}", "health")
+            )
         report(phase or "health", f"healthy: {', '.join(urls)}")
-        timed = copy_members(kube, namespace, spec.group) or result.new_pods
-        observed, starts = read_starts(kube, namespace, timed, engines.get(spec.engine))
+        observed, starts = read_starts(kube, namespace, result.new_pods, spec)
         clock.lap("health")
         if (lost := abort()) is not None:
             return Judgement(Failure("lock_lost", lost, "health"), observed=observed, serving=clock.serving(starts))
@@ -301,6 +296,15 @@ def verify(
                 return _could_not_measure(refused, observed)
     serving = clock.serving(starts, verdict.metrics.get(slo.SERVING_METRIC))
     return _judged(_smoke_judgement(verdict, observed, serving), report, phase)
+
+
+def _wait_healthy(
+    urls: dict[str, str], spec: GateSpec, progress: Callable[[str], None], api_key: str | None
+) -> health.HealthReport:
+    """Every new pod's health path, as ``spec`` says, until it answers or the health timeout passes."""
+    return health.wait_healthy(
+        urls, spec.model, timeout=spec.health_timeout, path=spec.health_path, progress=progress, api_key=api_key
+    )
 
 
 def _smoke_judgement(
@@ -318,8 +322,8 @@ def _smoke_judgement(
 class _Clock:
     """The release's steps of the time to serving (time_to_serving.RELEASE_STEPS), on the monotonic clock."""
 
-    def __init__(self) -> None:
-        self.start = self.last = time.monotonic()
+    def __init__(self, started: float | None = None) -> None:
+        self.start = self.last = time.monotonic() if started is None else started
         self.steps: dict[str, float] = {}
 
     def lap(self, step: str) -> None:
@@ -377,13 +381,14 @@ def copy_members(kube: Kube, namespace: str, group: group_rollout.GroupWatch | N
 
 
 def read_starts(
-    kube: Kube, namespace: str, pods: list[str], engine: engines.Engine
+    kube: Kube, namespace: str, pods: list[str], spec: GateSpec
 ) -> tuple[tuple[startup_log.Observation, ...], tuple[time_to_serving.PodStart, ...]]:
     """What each new pod's engine logged at start-up, and how each pod started (its status, the
-    kubelet's events, the engine's phases). What cannot be read is left out: it never fails a
-    deploy, it only leaves the planner unchecked or a step of the start unknown."""
-    found, starts = [], []
-    for pod in pods:
+    kubelet's events, the engine's phases); for copies across nodes every member's start, ``pods``
+    being their leaders. What cannot be read is left out: it never fails a deploy, it only leaves the
+    planner unchecked or a step of the start unknown."""
+    engine, found, starts = engines.get(spec.engine), [], []
+    for pod in copy_members(kube, namespace, spec.group) or pods:
         try:
             text = kube.pod_log(pod, namespace, tail_lines=None, limit_bytes=STARTUP_LOG_BYTES)
         except errors.ClusterError:
@@ -395,8 +400,10 @@ def read_starts(
             events = kube.list("Event", namespace, fields=f"involvedObject.name={pod}")[0] if obj else []
         except errors.ClusterError:
             continue
-        if obj is not None:
-            starts.append(time_to_serving.pod_start(obj, events, engine.phases(text)))
+        try:
+            starts += [time_to_serving.pod_start(obj, events, engine.phases(text))] if obj is not None else []
+        except (TypeError, ValueError, OverflowError, AttributeError):  # a status no kubelet writes: unknown
+            continue
     return tuple(found), tuple(starts)
 
 
@@ -421,6 +428,7 @@ def run_smoke(
     verdict = gate.error_report("the smoke benchmark did not run")
     errors_left, client_bound_left = GATE_ERROR_RETRIES, GATE_CLIENT_BOUND_RETRIES
     attempt, called = 0, time.monotonic()
+    first_token: float | None = None  # the first attempt that got a token times it; a retry never re-times it
     while True:
         attempt += 1
         sent = time.monotonic()
@@ -430,13 +438,16 @@ def run_smoke(
         except errors.EndpointError as e:
             verdict = gate.error_report(e.message)
         else:
+            first_token = (
+                first_token if first_token is not None else _first_token(measured, serving_before, sent - called)
+            )
             verdict = gate.evaluate(
                 measured,
                 smoke.slo,
                 min_samples=smoke.minSamples,
                 previous_report=previous,
                 max_regression_pct=profile.gate.maxRegression,
-                serving=_first_token(measured, serving_before, sent - called),
+                serving=first_token,
             )
         report("smoke", verdict.summary())
         if verdict.verdict is gate.Verdict.ERROR and errors_left > 0 and not _refused(verdict):
@@ -450,10 +461,11 @@ def run_smoke(
 
 def _first_token(measured: BenchReport, before: float | None, retried: float) -> float | None:
     """The time to serving at this run's first token: ``before`` the smoke run, the earlier attempts
-    (``retried``), and the run's fastest time to first token; None when not timed or no token came."""
-    if before is None or not measured.ttfts_ms:
+    (``retried``), and the run's own time to its first token, warm-up included; None when not timed
+    or no token came."""
+    if before is None or measured.first_token_s is None:
         return None
-    return before + retried + min(measured.ttfts_ms) / 1000
+    return before + retried + measured.first_token_s
 
 
 def _refused(verdict: gate.GateReport) -> bool:

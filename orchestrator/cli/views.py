@@ -58,8 +58,11 @@ def _kv(check: Mapping[str, object]) -> str:
 
 
 def _seconds(value: object) -> str:
-    """A time to serving in whole seconds (`412s`); `-` when the revision has none."""
-    return f"{value:.0f}s" if isinstance(value, (int, float)) else "-"
+    """A time to serving in whole seconds (`412s`); `-` when the revision has none (or a record says nonsense)."""
+    from orchestrator.apply import time_to_serving
+
+    seconds = time_to_serving.seconds_of(value)
+    return "-" if seconds is None else f"{seconds:.0f}s"
 
 
 def _actor(actor: Mapping[str, object]) -> str:

@@ -12,6 +12,7 @@ figure, unless its lines are parts of one phase (SGLang's graph capture per batc
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
 from collections.abc import Iterable, Mapping
 from typing import Literal
@@ -32,8 +33,7 @@ PHASES = (
 
 @dataclasses.dataclass(frozen=True)
 class PhaseLine:
-    """One log line that times ``phase``: its first non-empty group is the seconds (a Go-style duration
-    such as ``55.2s`` is read too)."""
+    """One log line that times ``phase``: its first non-empty group is the seconds."""
 
     phase: str
     pattern: re.Pattern[str]
@@ -52,7 +52,7 @@ def read(lines: Iterable[PhaseLine], text: str) -> dict[str, float]:
     """Seconds per phase that ``text`` (a pod's log) times, in PHASES order; a phase without a line is absent."""
     found: dict[str, float] = {}
     for spec in lines:
-        seconds = [_seconds(m) for m in spec.pattern.finditer(text)]
+        seconds = [s for m in spec.pattern.finditer(text) if (s := _seconds(m)) is not None]
         if not seconds:
             continue
         value = sum(seconds) if spec.combine == "sum" else max(seconds)
@@ -60,9 +60,14 @@ def read(lines: Iterable[PhaseLine], text: str) -> dict[str, float]:
     return {phase: round(found[phase], 3) for phase in PHASES if phase in found}
 
 
-def _seconds(match: re.Match[str]) -> float:
-    text = next(g for g in match.groups() if g is not None)
-    return float(text)
+def _seconds(match: re.Match[str]) -> float | None:
+    """The line's figure; None for one that is no number of seconds (``.``, ``1.2.3``, ``inf``)."""
+    text = next((g for g in match.groups() if g is not None), "")
+    try:
+        seconds = float(text)
+    except ValueError:
+        return None
+    return seconds if math.isfinite(seconds) else None
 
 
 def summary(phases: Mapping[str, float]) -> str:

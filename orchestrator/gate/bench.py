@@ -132,6 +132,7 @@ class _ShardResult:
     dispatch_lags: list[float]
     steady_until: float | None  # closed loop: when the first stream slot found no work left
     aborted: str | None = None
+    first_token: float | None = None  # seconds from the shard's start, warm-up included, to its first token
 
 
 async def _probe_loop(lags: list[float], stop: asyncio.Event) -> None:
@@ -142,12 +143,13 @@ async def _probe_loop(lags: list[float], stop: asyncio.Event) -> None:
         lags.append(max(0.0, loop.time() - before - LOOP_PROBE_INTERVAL_S))
 
 
-async def _warm_up(client: http.StreamClient, config: BenchConfig, shard: _Shard, run_id: str) -> str | None:
-    """Send the shard's warm-up requests; return why measuring is pointless, or None."""
+async def _warm_up(
+    client: http.StreamClient, config: BenchConfig, shard: _Shard, run_id: str, outcomes: list[metrics.RequestSample]
+) -> str | None:
+    """Send the shard's warm-up requests into ``outcomes``; return why measuring is pointless, or None."""
     if shard.warmup == 0:
         return None
     pending = iter(range(shard.warmup))
-    outcomes: list[metrics.RequestSample] = []
 
     async def worker() -> None:
         for i in pending:
@@ -231,12 +233,13 @@ async def _run_shard(
         config.url, shard.concurrency, read_timeout=read_timeout, clock=clock, transport=transport, api_key=api_key
     )
     async with client:
-        aborted = await _warm_up(client, config, shard, run_id)
+        began, warm = clock(), list[metrics.RequestSample]()
+        aborted = await _warm_up(client, config, shard, run_id, warm)
         if barrier is not None:
             barrier()  # every shard starts measuring at the same moment
         started = clock()
         if aborted:
-            return _ShardResult([], started, started, 0.0, [], [], None, aborted)
+            return _ShardResult([], started, started, 0.0, [], [], None, aborted, _first_token(warm, began))
         cpu_before = time.process_time()
         stop = asyncio.Event()
         lags: list[float] = []
@@ -247,7 +250,14 @@ async def _run_shard(
         cpu_seconds = time.process_time() - cpu_before
         stop.set()
         await probe
-    return _ShardResult(samples, started, ended, cpu_seconds, lags, dispatch_lags, steady_until)
+    first = _first_token([*warm, *samples], began)
+    return _ShardResult(samples, started, ended, cpu_seconds, lags, dispatch_lags, steady_until, None, first)
+
+
+def _first_token(samples: list[metrics.RequestSample], began: float) -> float | None:
+    """Seconds from ``began`` to the first output token any of ``samples`` received; None without one."""
+    firsts = [s.start + s.ttft for s in samples if s.ttft is not None]
+    return max(0.0, min(firsts) - began) if firsts else None
 
 
 def _plan(config: BenchConfig) -> list[_Shard]:
@@ -390,7 +400,9 @@ def _report(config: BenchConfig, run_id: str, wall: datetime.datetime, results: 
                 examples.append(s.error)
     done = [s for s in samples if s.success]
     aborted = next((r.aborted for r in results if r.aborted), None)
+    firsts = [r.first_token for r in results if r.first_token is not None]
     return BenchReport(
+        first_token_s=min(firsts) if firsts else None,
         **computed.model_dump(),
         config=config,
         started_at=wall.isoformat(timespec="seconds"),

@@ -32,6 +32,11 @@ class BenchReport(metrics.Metrics):
     aborted: str | None = pydantic.Field(
         default=None, description="Why nothing was measured (every warm-up request failed to connect)."
     )
+    first_token_s: float | None = pydantic.Field(
+        default=None,
+        description="Seconds from the run's start, warm-up included, to the first output token any request "
+        "received: on a server that just became healthy, the first token it ever served.",
+    )
     ttfts_ms: list[float] = pydantic.Field(default_factory=list, description="TTFT of each completed request.")
     tpots_ms: list[float] = pydantic.Field(default_factory=list, description="TPOT of each completed request.")
     e2els_ms: list[float] = pydantic.Field(default_factory=list, description="E2EL of each completed request.")

@@ -161,7 +161,8 @@ def evaluate(
         # A failed request's kind and message are what the on-call engineer needs next, not just the rate.
         detail = report.failure_summary() if metric == "error_rate" and report.failed else None
         rows.append(_slo_row(metric, condition, value, distrust.get(metric), before, delta, detail))
-        if max_regression_pct is not None and previous_report is not None:
+        # A start is compared with its SLO only: the previous revision may have replaced no pod at all.
+        if max_regression_pct is not None and previous_report is not None and metric != slo.SERVING_METRIC:
             rows.append(
                 _regression_row(metric, condition, value, before, delta, max_regression_pct, distrust, previous_note)
             )

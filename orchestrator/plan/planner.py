@@ -235,6 +235,12 @@ def calibrate(recorded_plan: Mapping[str, Any], observed_kv_tokens: int, source:
     the plan left for KV beyond that is memory the model did not account for."""
     per_token = int(recorded_plan["kv_bytes_per_token_per_gpu"])
     planned_gib = float(recorded_plan["kv_cache_gib_per_gpu"])
+    # A plan that was itself calibrated (engine.skipMemoryProfiling renders its KV cache, so vLLM logs
+    # exactly that) had the overhead taken off already: add it back, or the next calibration finds none.
+    inputs = recorded_plan.get("inputs")
+    earlier = inputs.get("calibration") if isinstance(inputs, Mapping) else None
+    if isinstance(earlier, Mapping) and isinstance(earlier.get("overhead_gib"), (int, float)):
+        planned_gib += float(earlier["overhead_gib"])
     observed_gib = observed_kv_tokens * per_token / memory.GIB
     return Calibration(overhead_gib=planned_gib - observed_gib, source=source)
 

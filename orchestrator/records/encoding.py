@@ -11,6 +11,7 @@ import gzip
 import hashlib
 import io
 import json
+import math
 import zlib
 from collections.abc import Mapping
 
@@ -20,6 +21,22 @@ JsonObject = dict[str, object]
 # A release's manifests are tens of KiB; a ConfigMap holds at most 1 MiB, which gzip can inflate a
 # thousandfold. Past this the record is refused rather than inflated (a bomb from a namespace editor).
 MANIFESTS_MAX_BYTES = 64 << 20
+
+
+# Longer than any start or step (a week): a figure beyond it was not measured, someone wrote it.
+MOST_SECONDS = 7 * 24 * 3600.0
+
+
+def seconds(value: object) -> float | None:
+    """A JSON value as seconds when it is a finite number from 0 to MOST_SECONDS, else None: the one check
+    every duration read from the cluster (events, logs, stored records) passes before it is used or shown."""
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        return None
+    try:
+        as_float = float(value)
+    except OverflowError:  # an integer too large for a float
+        return None
+    return as_float if math.isfinite(as_float) and 0 <= as_float <= MOST_SECONDS else None
 
 
 def canonical_json(value: object) -> bytes:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from orchestrator import errors
-from orchestrator.records import releases
+from orchestrator.records import encoding, releases
 
 
 def status_of(history: Sequence[releases.Record]) -> dict[int, releases.Status]:
@@ -51,7 +51,7 @@ def summary(record: releases.Record, status: releases.Status) -> dict[str, objec
         "gate": gate.get("verdict"),  # pass|inconclusive|error|fail; None: not gated
         "planner": record.planner_check(),
         # Seconds from the write to the first token (format 4); None before, or when it never served.
-        "time_to_serving": (record.time_to_serving or {}).get("seconds"),
+        "time_to_serving": encoding.seconds((record.time_to_serving or {}).get("seconds")),
     }
 
 

@@ -205,13 +205,17 @@ def _env(profile: profiles.Profile) -> list[dict[str, object]]:
 def calibrated_kv_bytes(plan: planner.Plan) -> int:
     """The KV cache per GPU in bytes of a calibrated plan (engine.skipMemoryProfiling); exit 2 without one."""
     if plan.inputs["calibration"] is None:
-        raise errors.InvalidProfile(
-            "engine.skipMemoryProfiling needs a calibration: the KV cache a running vLLM of the same model, GPU, "
-            "vLLM version, TP and PP allocated. `deployctl apply` takes it from the release's live revision; "
-            "`deployctl plan PROFILE --calibrate-from RELEASE` shows the calibrated plan. Without a revision that "
-            "ran, deploy once without skipMemoryProfiling"
-        )
+        raise needs_calibration("a render has none (`deployctl apply` takes it from the release's own records)")
     return int(plan.kv_cache_gib_per_gpu * (1 << 30))
+
+
+def needs_calibration(why: str, release: str = "RELEASE") -> errors.InvalidProfile:
+    """The refusal of engine.skipMemoryProfiling without a calibration (exit 2), saying ``why`` there is none."""
+    return errors.InvalidProfile(
+        "engine.skipMemoryProfiling needs a calibration, the KV cache a running vLLM of the same model, GPU, "
+        f"vLLM version, TP and PP allocated, and {why}. Deploy once without skipMemoryProfiling; "
+        f"`deployctl plan PROFILE --calibrate-from {release}` then shows the calibrated plan"
+    )
 
 
 def startup_seconds(profile: profiles.Profile, plan: planner.Plan) -> int:
