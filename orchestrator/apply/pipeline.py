@@ -60,7 +60,7 @@ def apply(profile: Profile, profile_text: str, options: sequence.Options, report
     with sequence.release_lock(kube, namespace, name, checked.user, options, report) as lock:
         # Only records deployctl's key signed decide what is live (and so what a failure restores).
         live = revisions.live(record_trust.for_write(kube, name, namespace, options.keys, report).trusted)
-        probe_warning = _startup_probe_warning(profile, live, objects)
+        probe_warning = _startup_probe_warning(profile, plan, live, objects)
         manifests = render.to_yaml(objects).encode()
         actor = writer.actor(checked.user, options.environ)
         draft = writer.Draft.of_profile(profile, plan.to_json(), manifests, profile_text, actor, options.keys.signer)
@@ -91,12 +91,14 @@ def _live_calibration(kube: Kube, profile: Profile, options: sequence.Options, r
     return found
 
 
-def _startup_probe_warning(profile: Profile, live: releases.Record | None, objects: list[dict[str, Any]]) -> str | None:
+def _startup_probe_warning(
+    profile: Profile, plan: planner.Plan, live: releases.Record | None, objects: list[dict[str, Any]]
+) -> str | None:
     """Whether the startup probe would kill a pod still loading: the slowest start the live revision
     showed on the same setup, with time_to_serving.STARTUP_MARGIN, against what the rendered probe
     allows. Said, never changed here: a probe is part of the pod template, so changing it by itself
     would replace every pod on an apply that changes nothing else; engine.startupSeconds is the fix."""
-    same = live is not None and live.plan is not None and planner.same_setup(live.plan, profile)
+    same = live is not None and live.plan is not None and planner.same_setup(live.plan, profile, plan)
     slowest = time_to_serving.slowest_start(live.time_to_serving) if live and same else None
     allowed = cluster_preflight.startup_budget(objects)
     if slowest is None or allowed is None or (floor := time_to_serving.startup_floor(slowest)) <= allowed:

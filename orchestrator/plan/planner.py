@@ -245,18 +245,21 @@ def calibrate(recorded_plan: Mapping[str, Any], observed_kv_tokens: int, source:
     return Calibration(overhead_gib=planned_gib - observed_gib, source=source)
 
 
-def same_setup(recorded_plan: Mapping[str, object], profile: profile_schema.Profile) -> bool:
+def same_setup(
+    recorded_plan: Mapping[str, object], profile: profile_schema.Profile, current: Plan | None = None
+) -> bool:
     """Whether a recorded plan is for the same model, GPU, vLLM version and split (TP and PP) as
-    ``profile`` (a calibration only carries over between those: the split decides the per-GPU share)."""
+    ``profile`` (a calibration only carries over between those: the split decides the per-GPU share).
+    ``current``: the profile's plan when the caller has it (the planner then runs once per apply)."""
     recorded = recorded_plan.get("inputs")
     inputs: dict[str, object] = dict(recorded) if isinstance(recorded, Mapping) else {}
     # Plans recorded before deployctl served other engines name only the vLLM version.
     inputs.setdefault("engine", "vllm")
     inputs.setdefault("engine_version", inputs.get("vllm_version"))
     inputs.setdefault("pipeline_parallel_size", 1)
-    current = plan(profile).inputs
+    now = (current or plan(profile)).inputs
     keys = ("model", "gpu", "engine", "engine_version", "tensor_parallel_size", "pipeline_parallel_size")
-    return all(inputs.get(k) == current.get(k) for k in keys)
+    return all(inputs.get(k) == now.get(k) for k in keys)
 
 
 def plan(profile: profile_schema.Profile, calibration: Calibration | None = None) -> Plan:
