@@ -12,12 +12,15 @@ its log with deployctl's own parser (the phases `deployctl status` shows) and st
   warm       the weights read once first, as a warm-up pod's prefetch reads them, then the start
   warm+skip  warm, with --kv-cache-memory-bytes (engine.skipMemoryProfiling) at the KV space the other
              runs were given (VLLM_CPU_KVCACHE_SPACE), so vLLM skips sizing it
+  compile-cold   warm, without --enforce-eager (vLLM compiles with torch.compile and Inductor), into an
+                 empty cache root: every start without engine.compileCache
+  compile-warm   the same, into the cache root compile-cold just filled: a restart with engine.compileCache
 
 The conditions run in turn, --runs times (default 2), and the medians are printed with their ratio to
 the engine's own initialisation: the warm start less its weights read, from the same runs. (vLLM's
 `--load-format dummy` is no floor: it fills the weights with random numbers, slower on a CPU than
 reading them.) Issue #26's goal: warm within 1.1× of it. On 2 cores a start is mostly process start-up
-and imports; run it on an idle machine. Usage: python bench/bench_time_to_serving.py [--runs N].
+and imports; run it on an idle machine. Usage: python bench/bench_time_to_serving.py [--runs N] [--conditions a,b].
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ import argparse
 import json
 import os
 import pathlib
+import shutil
 import statistics
 import subprocess
 import sys
@@ -40,7 +44,7 @@ from orchestrator import engines  # noqa: E402
 
 MODEL_DIR = realvllm.CACHE / "vllm-bench-model"
 STAMP = MODEL_DIR / ".built-0.72b-v1"
-CONDITIONS = ("tiny", "cold", "warm", "warm+skip")
+CONDITIONS = ("tiny", "cold", "warm", "warm+skip", "compile-cold", "compile-warm")
 # 16 layers of hidden 2048 (GQA 16/4 heads of 128, MLP 5632) and a 1,024-token vocabulary: 0.72B parameters.
 BUILD = r"""
 import shutil, sys, torch, transformers
@@ -105,8 +109,9 @@ def prefetch() -> float:
     return time.monotonic() - started
 
 
-def start(condition: str, log: pathlib.Path) -> dict[str, float]:
-    """One start under ``condition``: seconds to /health and the engine's logged phases."""
+def start(condition: str, log: pathlib.Path, compile_root: pathlib.Path) -> dict[str, float]:
+    """One start under ``condition``: seconds to /health and the engine's logged phases (``compile_root``:
+    the compile conditions' cache root, emptied before compile-cold)."""
     extra: list[str] = ["--max-model-len", "2048", "--served-model-name", "bench"]
     model = realvllm.MODEL_DIR if condition == "tiny" else MODEL_DIR
     if condition == "cold":
@@ -115,9 +120,19 @@ def start(condition: str, log: pathlib.Path) -> dict[str, float]:
         prefetch()
     if condition == "warm+skip":
         extra += ["--kv-cache-memory-bytes", str(realvllm.KV_CACHE_GIB << 30)]
+    compiling = condition.startswith("compile-")
+    if condition == "compile-cold":
+        shutil.rmtree(compile_root, ignore_errors=True)
     port = realvllm.free_port()
     started = time.monotonic()
-    proc = realvllm.start(port, *extra, log=log, model_dir=model, served_model_name=None)
+    proc = realvllm.start(
+        port,
+        *extra,
+        log=log,
+        model_dir=model,
+        served_model_name=None,
+        **({"cache_root": compile_root, "enforce_eager": False} if compiling else {}),
+    )
     try:
         realvllm.wait_healthy(f"http://{realvllm.HOST}:{port}", timeout=600, proc=proc, log=log)
         seconds = time.monotonic() - started
@@ -130,7 +145,13 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=2, help="starts per condition (default 2)")
     parser.add_argument("--json", type=pathlib.Path, help="also write the figures here")
+    parser.add_argument(
+        "--conditions",
+        default=",".join(CONDITIONS),
+        help="comma-separated subset to run (warm is always run: it gives the engine's own initialisation)",
+    )
     args = parser.parse_args()
+    chosen = [c for c in CONDITIONS if c in args.conditions.split(",") or c == "warm"]
     if not realvllm.available():
         raise SystemExit(f"the real vLLM tier is not installed: {realvllm.INSTALL_HINT}")
     build_model()
@@ -139,12 +160,12 @@ def main() -> int:
     evict()
     prefetched = prefetch()
     print(f"prefetch (read every byte, cold): {prefetched:.2f} s = {size / prefetched / (1 << 20):,.0f} MiB/s")
-    runs: dict[str, list[dict[str, float]]] = {c: [] for c in CONDITIONS}
+    runs: dict[str, list[dict[str, float]]] = {c: [] for c in chosen}
     with tempfile.TemporaryDirectory(prefix="tts-") as tmp:
         for n in range(args.runs):
-            for condition in CONDITIONS:
+            for condition in chosen:
                 log = pathlib.Path(tmp) / f"{condition}-{n}.log"
-                runs[condition].append(start(condition, log))
+                runs[condition].append(start(condition, log, pathlib.Path(tmp) / "compile"))
                 print(f"  run {n + 1} {condition:9s} {runs[condition][-1]['to_health']:6.1f} s to /health")
     medians = {c: {k: statistics.median(r[k] for r in rs if k in r) for k in rs[0]} for c, rs in runs.items() if rs}
     own = statistics.median(r["to_health"] - r.get("weights_read", 0.0) for r in runs["warm"])

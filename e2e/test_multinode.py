@@ -11,6 +11,9 @@ from __future__ import annotations
 
 import base64
 import gzip
+import importlib.resources
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -327,3 +330,27 @@ def test_a_head_that_never_becomes_healthy_fails_the_health_gate_and_the_copy_is
     assert out["failure"]["class"] == "health" and out["rolled_back_to"] == 1
     assert "-head-" in out["failure"]["message"], "the health gate names the head it asked"
     assert [rc["metadata"]["name"] for rc in rayclusters(env)] == [good]
+
+
+def test_a_warmup_reads_the_weights_on_every_node_the_copy_can_land_on(
+    env: ReleaseEnv, nodes: kubernetes.client.CoreV1Api
+) -> None:
+    cordon(nodes, *H100_NODES[2:])  # the copy's two pods can land only on the first two H100 nodes
+    model = env.tmp / "model"
+    model.mkdir()
+    (model / "model.safetensors").write_bytes(b"weights")
+    script = (importlib.resources.files("orchestrator") / "data" / "warmup_read.py").read_text()
+    report = subprocess.run(
+        [sys.executable, "-c", script, str(model), "", "0", ""], capture_output=True, text=True, check=True
+    ).stdout
+    log = env.tmp / "warmup.log"
+    log.write_text(report)
+    kwoksim.set_namespace_logs(env.cluster, env.namespace, log)
+    result = env.apply(two_node(env.namespace, rollout={"warmup": {"enabled": True, "timeoutSeconds": 60}}))
+    assert result.code == 0, result.stdout + result.stderr
+    warmed = {n["node"]: n for n in env.record(1)["time_to_serving"]["warmup"]["nodes"]}
+    placed = {p.spec.node_name for p in pods(env)}
+    assert set(warmed) == placed == set(H100_NODES[:2]), (warmed, placed)  # both members' nodes, no other
+    assert all(n["state"] == "done" and n["files"] == 1 for n in warmed.values())
+    core = kubernetes.client.CoreV1Api(env.api)
+    assert core.list_namespaced_pod(env.namespace, label_selector="deployctl.dev/warmup=llm").items == []

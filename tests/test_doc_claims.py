@@ -673,7 +673,8 @@ def test_the_page_that_calls_the_crd_unchanged_since_0_1_0_is_right() -> None:
     text = " ".join(UPGRADING.read_text(encoding="utf-8").split())
     assert "differs from 0.1.0's in descriptions only" in text, "the page no longer says how the CRD changed"
     said = (
-        "it adds `model.measured`, `engine.loadFormat`, `engine.loadStreamer` and `engine.skipMemoryProfiling`, "
+        "it adds `model.measured`, `engine.loadFormat`, `engine.loadStreamer`, `engine.skipMemoryProfiling`, "
+        "`engine.compileCache`, `model.verify` and `rollout.warmup`, "
         "the `model.weightsDtype` values "
         "`mxfp4` and `nvfp4`, and the new catalog keys"
     )
@@ -686,6 +687,9 @@ def test_the_page_that_calls_the_crd_unchanged_since_0_1_0_is_right() -> None:
         f"{engine}/loadFormat",
         f"{engine}/loadStreamer",
         f"{engine}/skipMemoryProfiling",
+        f"{engine}/compileCache",
+        f"{model}/verify",
+        "/spec/versions/0/schema/openAPIV3Schema/properties/spec/properties/rollout/properties/warmup",
         f"{model}/measured",
         f"{model}/weightsDtype/enum",
         f"{model}/architecture/x-kubernetes-validations/0/rule",

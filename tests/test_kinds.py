@@ -118,6 +118,7 @@ def test_the_rendered_role_grants_every_access_apply_and_uninstall_check() -> No
     rules = _role_rules()
     wanted = list(applyset.REQUIRED_ACCESS) + [a for group in applyset.GROUP_ACCESS.values() for a in group]
     wanted += uninstall._required_access(uninstall.Request("chat"), set(kinds.OPTIONAL_KINDS))
+    wanted += applyset.WARMUP_ACCESS  # a Role for any profile: one with rollout.warmup too
     denied = [a for a in wanted if not any(kinds.rule_grants(rule, *a) for rule in rules)]
     assert denied == []
     writes = ("get", "list", "create", "patch", "update", "delete")  # applied, pruned and deleted

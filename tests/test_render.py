@@ -496,7 +496,10 @@ def test_rbac_grants_deployctl_only_what_it_uses() -> None:
         assert role[resource] == writes, resource
     # Release records are append-only: deployctl may create them, never change or delete one.
     assert role["/configmaps"] == {"get", "list", "watch", "create"}
-    assert role["/pods"] == role["apps/replicasets"] == {"get", "list", "watch"}
+    assert role["apps/replicasets"] == {"get", "list", "watch"}
+    assert role["/pods"] == {"get", "list", "watch", "create", "delete"}  # a Role for any profile: the warm-up
+    (unwarmed,) = [o for o in render.rbac("inference", warmup=False) if o["kind"] == "Role"]
+    assert grants(unwarmed)["/pods"] == {"get", "list", "watch"}
     assert role["/pods/log"] == {"get"}
     assert role["/pods/portforward"] == {"get", "create"}
     assert role["/events"] == {"list", "watch"}

@@ -42,6 +42,8 @@ GROUP_ACCESS: dict[str, list[kinds.Access]] = {
 
 # What apply, gate and rollback do in the release's namespace: (verb, group, resource, subresource).
 # Checked before the first write, so a Role missing one verb fails fast, names it, and changes nothing.
+# The warm-up (rollout.warmup) creates a pod per target node and deletes it when done.
+WARMUP_ACCESS: list[kinds.Access] = kinds.access(["Pod"], ("create", "delete"))
 REQUIRED_ACCESS: list[kinds.Access] = [
     *kinds.access(kinds.CORE_KINDS, ("get", "list", "watch", "patch", "delete")),
     *kinds.access(["ConfigMap"], ("create", "list")),
@@ -53,12 +55,15 @@ REQUIRED_ACCESS: list[kinds.Access] = [
 ]
 
 
-def check_access(kube: Kube, namespace: str, group_kind: str | None = None, *, pod_monitor: bool = False) -> None:
+def check_access(
+    kube: Kube, namespace: str, group_kind: str | None = None, *, pod_monitor: bool = False, warmup: bool = False
+) -> None:
     """Refuse before any write when the identity lacks a permission the sequence will need
-    (``group_kind``: the group object the release renders, ``pod_monitor``: it renders a PodMonitor;
-    their permissions are asked too)."""
+    (``group_kind``: the group object the release renders, ``pod_monitor``: it renders a PodMonitor,
+    ``warmup``: it runs warm-up pods; their permissions are asked too)."""
     required = REQUIRED_ACCESS + (GROUP_ACCESS[group_kind] if group_kind else [])
     required += GROUP_ACCESS[POD_MONITOR] if pod_monitor else []
+    required += WARMUP_ACCESS if warmup else []
     missing = missing_access(kube, namespace, required)
     if missing:
         raise errors.Forbidden(

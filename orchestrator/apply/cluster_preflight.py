@@ -49,7 +49,8 @@ def run(
     user = kube.whoami()
     group_kind = check_group_engine(kube, profile)
     check_pod_monitor(kube, profile)
-    applyset.check_access(kube, namespace, group_kind, pod_monitor=profile.monitoring.podMonitor.enabled)
+    warmup = profile.rollout.warmup is not None and profile.rollout.warmup.enabled
+    applyset.check_access(kube, namespace, group_kind, pod_monitor=profile.monitoring.podMonitor.enabled, warmup=warmup)
     check_api_key_secret(kube, profile)
     # Read before the lock's Lease is written: a record this deployctl cannot read (a newer
     # format, an edit, signatures without a key to check them) refuses the apply with nothing

@@ -15,7 +15,16 @@ import time
 from typing import Any
 
 from orchestrator import conventions, engines, errors
-from orchestrator.apply import applyset, cluster_preflight, confine, group_rollout, sequence, time_to_serving, verify
+from orchestrator.apply import (
+    applyset,
+    cluster_preflight,
+    confine,
+    group_rollout,
+    sequence,
+    time_to_serving,
+    verify,
+    warmup,
+)
 from orchestrator.apply.lock import ReleaseLock
 from orchestrator.apply.outcome import Failure, Outcome, Result, Timings
 from orchestrator.engines import startup_log
@@ -42,6 +51,7 @@ def apply(profile: Profile, profile_text: str, options: sequence.Options, report
     with timings.phase("plan"):
         plan = planner.check(profile)  # refuses (exit 2 or 3) before anything touches a cluster
         verify.gate_target(profile, options.endpoint, options.allowed_gate_hosts)  # so does a refused endpoint
+        warmup.check_public_key(profile)  # and a model.verify key it could not check with
     kube = connect(options.kubeconfig, options.context)
     if profile.engine.skipMemoryProfiling:
         with timings.phase("plan"):
@@ -70,9 +80,20 @@ def apply(profile: Profile, profile_text: str, options: sequence.Options, report
         # removal waits for the gate, or in their place once they are gone (replace).
         copies = _CopyChange.of(profile, check, checked.replaces_pods)
         existed = frozenset((e.kind, e.name) for e in checked.found)
-        outcome = _deploy(
-            kube, objects, draft, description, live, spec, lock, options, report, timings, copies, existed
-        )
+        with timings.phase("warmup"):
+            new_pods = checked.replaces_pods or live is None
+            warm = warmup.begin(kube, profile, objects, check, replaces_pods=new_pods, report=report)
+        try:
+            stop = warm.failure()[0] if warm else None
+            if warm is not None and stop is not None:
+                outcome = _stopped_by_warmup(kube, draft, description, stop, warm, report, timings)
+            else:
+                outcome = _deploy(
+                    kube, objects, draft, description, live, spec, lock, options, report, timings, copies, existed, warm
+                )
+        finally:
+            if warm is not None and (left := warm.cleanup()):
+                report("warmup", f"warning: warm-up pods still there after their deletion: {', '.join(left)}")
     unsigned = record_trust.unsigned_warning(options.keys)
     late = [w for w in (probe_warning, unsigned) if w]
     outcome.warnings = check.warnings + outcome.warnings + late
@@ -173,9 +194,11 @@ def _deploy(
     timings: Timings,
     copies: _CopyChange,
     existed: frozenset[tuple[str, str]],
+    warm: warmup.Warmup | None = None,
 ) -> Outcome:
     """Everything after the first write: apply, verify, record; any failure ends in ``_fail``
-    (``existed``: the objects there before the apply, which a failed first install leaves)."""
+    (``existed``: the objects there before the apply, which a failed first install leaves; ``warm``:
+    the warm-up, whose nodes still warming are awaited before the revision is recorded)."""
     name, namespace, written = draft.release, draft.namespace, time.monotonic()  # the time to serving starts here
     judged = verify.Judgement(None)
     try:
@@ -192,7 +215,7 @@ def _deploy(
         judged = verify.verify(
             kube, name, namespace, spec, previous, report, timings, abort=lock.lost_reason, started=written
         )
-        failure = judged.failure
+        failure, late, judged = _after_warmup(judged, warm, report)
         if failure is None and (lost := lock.lost_reason()) is not None:
             failure = Failure("lock_lost", lost, "record")
         if failure is None and copies.beside:
@@ -207,7 +230,7 @@ def _deploy(
         failure = sequence.unexpected_failure(e, timings.current)
     if failure is not None:
         return _fail(kube, draft, description, live, failure, judged, options, report, timings, existed)
-    warnings = startup_log.warnings(
+    warnings = late + startup_log.warnings(
         draft.plan or {}, judged.observed, spec.max_num_seqs, engines.get(spec.engine).title
     )
     if judged.smoke is not None and judged.smoke.verdict == gate.Verdict.INCONCLUSIVE:
@@ -218,6 +241,51 @@ def _deploy(
     done = Outcome("deployed", name, namespace, message, record.revision, timings=timings, gate=judged.smoke)
     done.warnings, done.time_to_serving = warnings, judged.serving_json()
     return done
+
+
+def _after_warmup(
+    judged: verify.Judgement, warm: warmup.Warmup | None, report: Reporter
+) -> tuple[Failure | None, list[str], verify.Judgement]:
+    """The failure, the warnings and the judgement once the warm-up's last nodes are judged too: in a
+    one-at-a-time rollout they warmed while the first new pods started."""
+    if warm is None:
+        return judged.failure, [], judged
+    failure, late = judged.failure, list[str]()
+    if failure is None:
+        warm.wait(report)
+        failure, late = warm.failure()
+    return failure, late, _with_warmup(judged, warm)
+
+
+def _with_warmup(judged: verify.Judgement, warm: warmup.Warmup) -> verify.Judgement:
+    """``judged`` with the warm-up in its time to serving, as the record keeps it."""
+    serving = judged.serving or time_to_serving.TimeToServing({})
+    return dataclasses.replace(judged, serving=dataclasses.replace(serving, warmup=warm.to_json()))
+
+
+def _stopped_by_warmup(
+    kube: Kube,
+    draft: writer.Draft,
+    description: str,
+    failure: Failure,
+    warm: warmup.Warmup,
+    report: Reporter,
+    timings: Timings,
+) -> Outcome:
+    """The warm-up stopped the revision before its first write: record it failed, with the warm-up's
+    evidence (a weights mismatch is an audit event), and change nothing else."""
+    name, namespace = draft.release, draft.namespace
+    report("warmup", f"STOPPED ({failure.cls}): {failure.message}")
+    judged = _with_warmup(verify.Judgement(failure), warm)
+    try:
+        failed = sequence.record_revision(kube, draft, "failed", f"{description} failed: {failure.cls}", judged)
+        label, revision = f"revision {failed.revision}", failed.revision
+    except errors.DeployctlError as e:
+        label, revision = f"the new revision (its record could not be written: {e.message})", None
+    message = f"{label} was stopped by its warm-up before any GPU pod started; nothing of the release changed. "
+    stopped = Outcome("refused", name, namespace, message + failure.message, revision, failure, timings)
+    stopped.time_to_serving = judged.serving_json()
+    return stopped
 
 
 class _Stop(Exception):

@@ -164,6 +164,9 @@ class TimeToServing:
 
     steps: Mapping[str, float]  # RELEASE_STEPS that ran, in seconds
     pods: tuple[PodStart, ...] = ()
+    # The warm-up before the first write (orchestrator/apply/warmup.py), while the old revision served:
+    # not part of the time to serving, which starts at the write.
+    warmup: Mapping[str, object] | None = None
 
     @property
     def seconds(self) -> float:
@@ -175,11 +178,13 @@ class TimeToServing:
         return "first_token" if "first_token" in self.steps else "healthy"
 
     def to_json(self) -> dict[str, object]:
+        # No step ran when only the warm-up did (it stopped the revision): no time to serving to give.
         return {
-            "seconds": self.seconds,
-            "until": self.until,
+            "seconds": self.seconds if self.steps else None,
+            "until": self.until if self.steps else None,
             "steps": {k: round(v, 3) for k, v in self.steps.items()},
             "pods": [p.to_json() for p in self.pods],
+            **({"warmup": dict(self.warmup)} if self.warmup is not None else {}),
         }
 
 
@@ -213,7 +218,23 @@ def summary(stored: Mapping[str, object]) -> str:
         if phases := [n for n in startup_phases.PHASES if n in engine]:
             inner.append("engine: " + ", ".join(f"{n.replace('_', ' ')} {_s(engine[n])}" for n in phases))
         parts.append(f"slowest pod {kube_status.text(slow.get('pod'))} ({'; '.join(inner)})")
+    if warmup := kube_status.mapping(stored.get("warmup")):
+        parts.append(warmup_summary(warmup))
     return f"{line}: {', '.join(parts)}" if parts else line
+
+
+def warmup_summary(warmup: Mapping[str, object]) -> str:
+    """The stored warm-up in a few words: its nodes, its time, and whether the weights verified."""
+    nodes = kube_status.mappings(warmup.get("nodes"))
+    done = [n for n in nodes if n.get("state") == "done"]
+    text = f"before it, a warm-up of {len(done)}/{len(nodes)} node(s) in {_s(warmup.get('seconds'))}"
+    checks = [kube_status.mapping(n.get("verification")) for n in nodes if n.get("verification")]
+    if checks:
+        good = all(c.get("verified") is True for c in checks)
+        text += (
+            f" (weights {'verified' if good else 'NOT verified'} against {kube_status.text(checks[0].get('manifest'))})"
+        )
+    return text
 
 
 def _s(value: object) -> str:

@@ -159,7 +159,8 @@ def _profile_objects(prof: profile_mod.Profile, fmt: str, force: bool, emit: _Em
     if fmt == "rbac":
         # The Role grants what this profile's objects need: no RayCluster writes for a single-node profile.
         kinds = {o["kind"] for o in objects}
-        objects = render_mod.rbac(prof.metadata.namespace, api_key_secret=key_secret, kinds=kinds)
+        warmup = prof.rollout.warmup is not None and prof.rollout.warmup.enabled
+        objects = render_mod.rbac(prof.metadata.namespace, api_key_secret=key_secret, kinds=kinds, warmup=warmup)
     emit.objects(objects)
 
 

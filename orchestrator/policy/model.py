@@ -54,6 +54,11 @@ class Ceilings(profile_base.Model):
     startupSeconds: int = Field(
         default=policy_rules.DEFAULT_CEILING_SECONDS, ge=30, description="Most engine.startupSeconds may say."
     )
+    warmupSeconds: int = Field(
+        default=policy_rules.DEFAULT_CEILING_SECONDS,
+        ge=30,
+        description="Most rollout.warmup.timeoutSeconds may say.",
+    )
 
 
 def _names(what: str) -> list[str] | None:
@@ -78,11 +83,18 @@ class PolicySpec(profile_base.Model):
         description="Allow an engine.image by tag (engine.allowUnpinnedImage). Off: only images pinned by digest, "
         "so what runs is what was reviewed.",
     )
-    allowedPVCs: list[str] | None = _names("PersistentVolumeClaims (model.source.pvc, engine.volumes)")
+    allowedPVCs: list[str] | None = _names(
+        "PersistentVolumeClaims (model.source.pvc, engine.volumes, engine.compileCache.pvc)"
+    )
     allowHostPath: bool = Field(
         default=False,
         description="Allow weights from a hostPath on the node (model.source.hostPath). Off: a hostPath mounts any "
         "directory of the node into the pod.",
+    )
+    allowedCompileCacheHostPaths: list[str] | None = Field(
+        default=None,
+        description="Node directories a profile may name as engine.compileCache.hostPath, each a path or a prefix "
+        "ending in `*` (e.g. `/var/lib/deployctl/compile-cache/*`). Unset or empty: none, as the pod writes there.",
     )
     allowRootFsGroup: bool = Field(
         default=False,

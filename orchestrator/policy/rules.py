@@ -122,6 +122,8 @@ def _pvc_names(p: profiles.Profile) -> Values:
             found.append(
                 (f"engine.volumes[{i}].persistentVolumeClaim.claimName", volume.persistentVolumeClaim.claimName)
             )
+    if p.engine.compileCache is not None and p.engine.compileCache.pvc is not None:
+        found.append(("engine.compileCache.pvc", p.engine.compileCache.pvc))
     return found
 
 
@@ -129,7 +131,9 @@ PVCS = Source(
     _pvc_names,
     _cel_one("model.source.pvc")
     + " + "
-    + _cel_list("engine.volumes", "has(x.persistentVolumeClaim)", "x.persistentVolumeClaim.claimName"),
+    + _cel_list("engine.volumes", "has(x.persistentVolumeClaim)", "x.persistentVolumeClaim.claimName")
+    + " + "
+    + _cel_one("engine.compileCache.pvc"),
 )
 
 IMAGE = Source(lambda p: [("engine.image", p.engine.image)], "[object.spec.engine.image]")
@@ -196,6 +200,15 @@ HOST_PATH = Source(
         else []
     ),
     _cel_one("model.source.hostPath"),
+)
+# A writable directory of the node, so listed by path rather than allowed by a switch.
+CACHE_HOST_PATH = Source(
+    lambda p: (
+        [("engine.compileCache.hostPath", p.engine.compileCache.hostPath)]
+        if p.engine.compileCache is not None and p.engine.compileCache.hostPath is not None
+        else []
+    ),
+    _cel_one("engine.compileCache.hostPath"),
 )
 ROOT_FS_GROUP = Source(
     lambda p: [("engine.fsGroup", "0")] if p.engine.fsGroup == 0 else [],
@@ -268,8 +281,8 @@ class CeilingRule:
     def value(self, p: profiles.Profile) -> int | None:
         node: object = p
         for step in self.path.split("."):
-            node = getattr(node, step)
-        return node if isinstance(node, int) else None
+            node = getattr(node, step, None)  # an optional section left out (rollout.warmup) has no value
+        return node if isinstance(node, int) and not isinstance(node, bool) else None
 
     def violations(self, p: profiles.Profile, spec: PolicySpecView) -> Values:
         value = self.value(p)
@@ -309,7 +322,20 @@ RULES: tuple[Rule, ...] = (
     FlagRule("unpinned-image", "allowUnpinnedImages", UNPINNED_IMAGE, "an engine.image not pinned by digest"),
     NameRule("registry", "allowedRegistries", IMAGE, "engine.image"),
     FlagRule("host-path", "allowHostPath", HOST_PATH, "weights from a hostPath (model.source.hostPath)"),
-    NameRule("pvc", "allowedPVCs", PVCS, "every PersistentVolumeClaim (model.source.pvc, engine.volumes)"),
+    NameRule(
+        "compile-cache-host-path",
+        "allowedCompileCacheHostPaths",
+        CACHE_HOST_PATH,
+        "engine.compileCache.hostPath",
+        refused_by_default=("*",),
+        unset="none: a compile cache on the node is refused",
+    ),
+    NameRule(
+        "pvc",
+        "allowedPVCs",
+        PVCS,
+        "every PersistentVolumeClaim (model.source.pvc, engine.volumes, engine.compileCache.pvc)",
+    ),
     FlagRule("root-fsgroup", "allowRootFsGroup", ROOT_FS_GROUP, "engine.fsGroup 0 (root's group)"),
     NameRule(
         "secret",
@@ -344,4 +370,5 @@ RULES: tuple[Rule, ...] = (
     CeilingRule("health-timeout", "healthTimeoutSeconds", "gate.health.timeoutSeconds", DEFAULT_CEILING_SECONDS),
     CeilingRule("smoke-timeout", "smokeTimeoutSeconds", "gate.smoke.timeoutSeconds", DEFAULT_CEILING_SECONDS),
     CeilingRule("startup", "startupSeconds", "engine.startupSeconds", DEFAULT_CEILING_SECONDS),
+    CeilingRule("warmup", "warmupSeconds", "rollout.warmup.timeoutSeconds", DEFAULT_CEILING_SECONDS),
 )

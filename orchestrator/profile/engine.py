@@ -14,6 +14,7 @@ from pydantic import Field
 from orchestrator import engines
 from orchestrator.engines import vllm_flags, vllm_loaders
 from orchestrator.profile import base as profile_base
+from orchestrator.profile import compile_cache as profile_compile_cache
 from orchestrator.profile import pod as profile_pod
 
 DEFAULT_VLLM_VERSION = engines.VLLM.default_version
@@ -151,6 +152,14 @@ class EngineSpec(profile_base.Model):
         exclude_if=lambda value: value is None,
         description="The Run:ai streamer's settings (`--model-loader-extra-config`), with loadFormat "
         "`runai_streamer` or `runai_streamer_sharded`.",
+    )
+    compileCache: profile_compile_cache.CompileCacheSpec | None = Field(
+        default=None,
+        exclude_if=lambda value: value is None,
+        description="Keep vLLM's compile caches (torch.compile, Triton, FlashInfer) on a ReadWriteMany claim or a "
+        "node directory, one directory per image digest, model, TP/PP and compile flags, so a restart or an "
+        "SLO-only change reuses them and any real change compiles afresh. Unset: the pod's HOME, lost with the pod "
+        "(docs/time-to-serving.md#compile-cache).",
     )
     imagePullSecrets: list[str] = Field(
         default_factory=list,
@@ -307,6 +316,17 @@ class EngineSpec(profile_base.Model):
         problems = profile_pod.env_problems(self.env) + profile_pod.volume_problems(self.volumes, self.volumeMounts)
         if problems:
             raise profile_base.field_error(*problems[0])
+        if self.compileCache is not None:
+            cache_problems = profile_compile_cache.problems(
+                self.compileCache,
+                kind=self.kind,
+                title=self.engine.title,
+                pinned=bool(profile_base.DIGEST.search(self.image)),
+                fs_group=self.fsGroup,
+                env_names=[v.name for v in self.env],
+            )
+            if cache_problems:
+                raise profile_base.field_error(*cache_problems[0])
         if self.fsGroupChangePolicy is not None and self.fsGroup is None:
             raise profile_base.field_error(
                 ("fsGroupChangePolicy",),

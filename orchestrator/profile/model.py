@@ -27,6 +27,7 @@ from orchestrator.profile import errors as profile_errors
 from orchestrator.profile import gate_auth, gate_endpoint, slo, strictyaml
 from orchestrator.profile import placement as profile_placement
 from orchestrator.profile import pod as profile_pod
+from orchestrator.profile import warmup as profile_warmup
 from orchestrator.profile import weights as profile_weights
 
 API_VERSION = "deployctl/v1"
@@ -95,6 +96,13 @@ class RolloutSpec(_Model):
         le=100,
         description="Old ReplicaSets the Deployment keeps (`revisionHistoryLimit`). deployctl's own release "
         "records are never pruned: the audit chain needs every one.",
+    )
+    warmup: profile_warmup.WarmupSpec | None = Field(
+        default=None,
+        exclude_if=lambda value: value is None,
+        description="Before a revision replaces pods, a warm-up pod without a GPU on each target node pulls the "
+        "image and reads the weights into the page cache (and checks them, with model.verify) while the old "
+        "revision serves (docs/time-to-serving.md#warm-up-and-verification).",
     )
 
 
@@ -250,6 +258,18 @@ class Profile(_Model):
             problems = profile_pod.model_mount_problems(v.volumeMounts, model.source.mountPath)
             if problems:
                 raise profile_base.field_error(*problems[0])
+        return v
+
+    @pydantic.field_validator("rollout")
+    @classmethod
+    def _verify_needs_the_warmup(cls, v: RolloutSpec, info: pydantic.ValidationInfo) -> RolloutSpec:
+        model = info.data.get("model")
+        if model is not None and model.verify is not None and not (v.warmup and v.warmup.enabled):
+            raise profile_base.field_error(
+                ("warmup",),
+                "model.verify is checked by the warm-up, which reads every byte of the weights on the target "
+                "nodes: set rollout.warmup.enabled: true (or remove model.verify)",
+            )
         return v
 
     _base_dir: pathlib.Path = PrivateAttr(default_factory=pathlib.Path.cwd)

@@ -19,6 +19,7 @@ from pydantic import Field
 
 from orchestrator import engines
 from orchestrator.profile import base as profile_base
+from orchestrator.profile import compile_cache as profile_compile_cache
 
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 # A key of a Secret or ConfigMap (Kubernetes IsConfigMapKey).
@@ -238,6 +239,8 @@ class Volume(profile_base.Model):
                 f"volume name {v!r} is taken: deployctl adds volumes {', '.join(DEPLOYCTL_VOLUMES)} to every pod "
                 "(weights, /dev/shm, HOME); choose another name"
             )
+        if v == profile_compile_cache.VOLUME:
+            raise ValueError(f"volume name {v!r} is taken: engine.compileCache adds it; choose another name")
         return v
 
     @pydantic.model_validator(mode="after")
@@ -336,6 +339,9 @@ def volume_problems(volumes: Sequence[Volume], mounts: Sequence[VolumeMount]) ->
                     f"mount below it (e.g. {HOME_DIR}/.cache) or elsewhere",
                 )
             )
+        if _nested(path, profile_compile_cache.MOUNT_PATH):
+            where = _clash(path, profile_compile_cache.MOUNT_PATH, "the compile cache (engine.compileCache)")
+            problems.append((("volumeMounts", i, "mountPath"), where))
         if path in paths:
             problems.append(
                 (("volumeMounts", i, "mountPath"), f"{path} is already mounted by engine.volumeMounts[{paths[path]}]")

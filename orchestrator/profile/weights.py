@@ -11,6 +11,7 @@ from pydantic import Field
 
 from orchestrator.catalog import lookup as catalog
 from orchestrator.profile import base as profile_base
+from orchestrator.profile import warmup as profile_warmup
 
 
 class PvcSource(profile_base.Model):
@@ -108,6 +109,13 @@ class ModelSpec(profile_base.Model):
         default=None,
         description="Name of a Secret with key `token` exposed as HF_TOKEN, for gated weights on an internal "
         "mirror. Only the name is ever stored in release records.",
+    )
+    verify: profile_warmup.WeightsVerifySpec | None = Field(
+        default=None,
+        exclude_if=lambda value: value is None,
+        description="Check the weights' bytes before the GPU pods start: against a sha256 manifest or an OpenSSF "
+        "model signature kept with them. The warm-up (rollout.warmup) hashes what it reads; a mismatch stops the "
+        "rollout, and the release records the result (docs/time-to-serving.md#warm-up-and-verification).",
     )
 
     @pydantic.model_validator(mode="after")

@@ -114,13 +114,15 @@ def rbac(
     service_account: str = "deployctl",
     api_key_secret: str | None = None,
     kinds: Collection[str] | None = None,
+    warmup: bool | None = None,
 ) -> list[dict[str, Any]]:
     """What deployctl itself may do: a Role in ``namespace``, read-only nodes and pods cluster-wide.
 
     Returns the ServiceAccount, Role, RoleBinding, ClusterRole and ClusterRoleBinding. With
     ``api_key_secret`` (the profile's gate.apiKeySecret name) the Role may also get that Secret.
     ``kinds``: the kinds the profile renders; the Role writes RayClusters, LeaderWorkerSets and
-    PodMonitors only when they are among them. None: all three (a Role for any profile).
+    PodMonitors only when they are among them. None: all three (a Role for any profile). ``warmup``:
+    the profile runs a warm-up (rollout.warmup), which creates and deletes pods; None: as for any profile.
     """
     some = {*conventions.GROUP_KINDS, conventions.POD_MONITOR_KIND}  # the kinds only some profiles render
     optional = some if kinds is None else set(kinds) & some
@@ -129,6 +131,7 @@ def rbac(
         "service_account": service_account,
         "api_key_secret": api_key_secret,
         "kinds": sorted(optional),
+        "warmup": True if warmup is None else warmup,
     }
     return _render_template(_RBAC_TEMPLATE, values)
 

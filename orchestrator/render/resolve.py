@@ -24,7 +24,7 @@ from orchestrator.profile import engine as profile_engine
 from orchestrator.profile import model as profiles
 from orchestrator.profile import pod as profile_pod
 from orchestrator.profile import weights as profile_weights
-from orchestrator.render import chart_values
+from orchestrator.render import chart_values, compile_cache
 
 # Pod Security "restricted" needs a non-root user. The official image has none (it runs as
 # root), so we pick a numeric uid, which the kubelet can check without reading /etc/passwd,
@@ -65,6 +65,7 @@ def values(profile: profiles.Profile, plan: planner.Plan, strategy: Mapping[str,
     if strategy is None:
         strategy = conventions.strategy_spec(conventions.PROFILE_STRATEGY_DEFAULTS[rollout.strategy])
     rolling = _strategy(strategy)
+    cache_volumes, cache_mounts = compile_cache.volumes(profile)
     values = chart_values.Values(
         fullnameOverride=profile.metadata.name,
         engine=chart_values.EngineValues(kind=engine.kind, version=engine.engine_version),
@@ -90,8 +91,8 @@ def values(profile: profiles.Profile, plan: planner.Plan, strategy: Mapping[str,
         securityContext={"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}},
         extraEnv=_k8s(engine.env),
         envFrom=_k8s(engine.envFrom),
-        extraVolumes=_k8s(engine.volumes),
-        extraVolumeMounts=_k8s(engine.volumeMounts),
+        extraVolumes=_k8s(engine.volumes) + cache_volumes,
+        extraVolumeMounts=_k8s(engine.volumeMounts) + cache_mounts,
         podLabels=_sorted(placement.podLabels),
         podAnnotations=_sorted(placement.podAnnotations),
         nodeSelector=_sorted(placement.nodeSelector),
@@ -190,6 +191,7 @@ def _k8s(items: Sequence[BaseModel]) -> list[dict[str, object]]:
 def _env(profile: profiles.Profile) -> list[dict[str, object]]:
     env: list[dict[str, object]] = [{"name": "HOME", "value": HOME_DIR}]
     env += [{"name": name, "value": value} for name, value in profile.engine.engine.env(profile.server_settings())]
+    env += compile_cache.env(profile)
     if profile.airgap.offline and profile.multi_node and profile.placement.groupEngine == "kuberay":
         env.append({"name": "RAY_USAGE_STATS_ENABLED", "value": "0"})  # Ray's own usage report
     if profile.model.credentialsSecret:
