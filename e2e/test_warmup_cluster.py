@@ -83,7 +83,11 @@ def test_the_warmup_reads_and_verifies_on_exactly_the_target_nodes_and_leaves_no
         check = node["verification"]
         assert check["verified"] is True and check["method"] == "sha256" and check["manifest"] == "SHA256SUMS"
         assert check["manifest_sha256"] and check["files"] == 4  # the manifest does not list itself
-    assert _warmup_pods(env) == []  # deleted once done
+    assert _warmup_pods(env) == []  # deleted once done, and their deny-all NetworkPolicy with them
+    policies = kubernetes.client.NetworkingV1Api(env.api).list_namespaced_network_policy(
+        env.namespace, label_selector="deployctl.dev/warmup=llm"
+    )
+    assert policies.items == []
     # The warm-up came before the first write, and the progress said what each node read.
     err = result.stderr
     assert err.index("warming 2 node(s)") < err.index("server-side apply"), err

@@ -22,11 +22,13 @@ from orchestrator import errors
 from orchestrator.apply import time_to_serving, warmup, warmup_pods
 from orchestrator.plan import node_reports, planner, preflight
 from orchestrator.profile import model as profiles
+from orchestrator.records import model_manifest
 from orchestrator.render import manifests as render
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 SIGNED = ROOT / "tests" / "data" / "model_signing"
 KEY = (SIGNED / "TEST-ONLY-model-key.pub").read_text()
+REPORT = warmup_pods.REPORT
 
 
 def _profile(verify: dict[str, Any] | None = None, **warm: Any) -> profiles.Profile:
@@ -226,3 +228,100 @@ def test_without_the_sections_the_profile_hash_of_older_profiles_holds() -> None
     doc = yaml.safe_load((ROOT / "profiles" / "prod-tp4.yaml").read_text())
     dumped = profiles.Profile.model_validate(doc).model_dump(mode="json")
     assert "warmup" not in dumped["rollout"] and "verify" not in dumped["model"]
+
+
+def _warm(prof: profiles.Profile, **results: warmup_pods.NodeResult) -> warmup.Warmup:
+    return warmup.Warmup(None, prof, {n: f"p-{n}" for n in results}, 0.0, results=dict(results))  # type: ignore[arg-type]
+
+
+def _verified(node: str, ok: bool = True) -> warmup_pods.NodeResult:
+    check = model_manifest.check_sha256(
+        b"%s  a\n" % (("0" * 64) if ok else ("1" * 64)).encode(), {"a": "0" * 64}, name="SHA256SUMS"
+    )
+    return warmup_pods.NodeResult(node, "done", None, 1.0, 10, 1, None, check)
+
+
+def test_under_verify_any_failed_warmup_stops_whatever_on_failure_says() -> None:
+    prof = _profile({"sha256Manifest": "SHA256SUMS"}, onFailure="continue")
+    failed = warmup_pods.NodeResult("n2", "timed_out", "it was still Pending (ErrImagePull: …), past its deadline")
+    stop, _ = _warm(prof, n1=_verified("n1"), n2=failed).failure()
+    assert stop is not None and stop.cls == "warmup_failed" and "model.verify needs every node checked" in stop.message
+    stop, _ = warmup.Warmup(None, prof, {}, 0.0).failure()  # type: ignore[arg-type]
+    assert stop is not None and "could check the weights nowhere" in stop.message
+
+
+def test_after_the_first_write_only_the_nodes_with_new_pods_count_and_must_be_verified() -> None:
+    prof = _profile({"sha256Manifest": "SHA256SUMS"})
+    failed = warmup_pods.NodeResult("spare", "failed", "its container ended with exit code 1 (Error)")
+    stop, warnings = _warm(prof, n1=_verified("n1"), spare=failed).failure(new_pods={"n1"})
+    assert stop is None and warnings == []  # the spare node got no new pod
+    stop, _ = _warm(prof, n1=_verified("n1")).failure(new_pods={"n1", "late-node"})
+    assert stop is not None and stop.cls == "weights_unverified" and "late-node" in stop.message
+    stop, _ = _warm(prof, n1=_verified("n1", ok=False)).failure(new_pods={"n1"})
+    assert stop is not None and stop.cls == "weights_mismatch" and "GPU pods started from them" in stop.message
+    plain = _profile()
+    stop, warnings = _warm(plain, n1=warmup_pods.NodeResult("n1", "failed", "x")).failure(new_pods={"n1"})
+    assert stop is None and "goes on unwarmed" in warnings[0]  # the revision already passed its gate
+
+
+def test_a_file_the_pod_could_not_read_is_a_read_error_not_tampering() -> None:
+    report = '{"files": {"a": null}, "errors": ["cannot read b.safetensors: Permission denied"], "manifest": null}'
+    result = warmup_pods.judge(_profile({"sha256Manifest": "SHA256SUMS"}), "n1", _succeeded(), REPORT + report)
+    assert result.state == "failed" and result.check is None and "Permission denied" in (result.reason or "")
+
+
+@pytest.mark.parametrize(
+    "report",
+    [
+        '{"errors": 5, "files": {}}',
+        '{"files": {"a": 1}, "bytes": -4, "seconds": NaN}',
+        "[" * 100_000 + "]" * 100_000,
+        '{"errors": ["\\u001b[31mred\\ndone\\udce9"], "cache": {"writable": false, "path": 7}}',
+    ],
+    ids=["errors-not-a-list", "bad-numbers", "deeply-nested", "control-characters"],
+)
+def test_a_garbled_or_hostile_report_never_raises_and_nothing_raw_reaches_a_message(report: str) -> None:
+    result = warmup_pods.judge(_profile(), "n1", _succeeded(), REPORT + report)
+    text = f"{result.reason} {result.cache_error} {result.seconds} {result.bytes}"
+    assert "\x1b" not in text and "\n" not in text
+    assert result.seconds is None or result.seconds >= 0
+    assert result.bytes is None or result.bytes >= 0
+
+
+def test_the_pod_keeps_the_engines_sandbox_and_apparmor_but_no_sidecar() -> None:
+    doc = _profile().model_dump(mode="json", by_alias=True)
+    doc["placement"]["runtimeClassName"] = "gvisor"
+    doc["placement"]["podAnnotations"] = {"container.apparmor.security.beta.kubernetes.io/vllm": "localhost/llm"}
+    prof = profiles.Profile.model_validate(doc)
+    template = warmup_pods.pod_template(render.render(prof, planner.plan(prof)))
+    engine = template["spec"]["containers"][0]["name"]
+    doc["placement"]["podAnnotations"] = {f"container.apparmor.security.beta.kubernetes.io/{engine}": "localhost/llm"}
+    prof = profiles.Profile.model_validate(doc)
+    pod = _pod(prof)
+    assert pod["spec"]["runtimeClassName"] == "gvisor"
+    annotations = pod["metadata"]["annotations"]
+    assert annotations["container.apparmor.security.beta.kubernetes.io/warmup"] == "localhost/llm"
+    assert annotations["sidecar.istio.io/inject"] == "false" and annotations["linkerd.io/inject"] == "disabled"
+    policy = warmup_pods.network_policy(prof)
+    assert policy["spec"] == {
+        "podSelector": {"matchLabels": {"deployctl.dev/warmup": "llama3-70b"}},
+        "policyTypes": ["Ingress", "Egress"],
+    }  # no rule: nothing in, nothing out
+
+
+def test_two_releases_sharing_a_long_prefix_never_share_a_warmup_pod() -> None:
+    a, b = "x" * 45 + "-a", "x" * 45 + "-b"
+    assert warmup_pods.pod_name(a, "n1") != warmup_pods.pod_name(b, "n1")
+
+
+def test_a_sidecar_that_keeps_the_pod_running_does_not_hide_the_warmups_end() -> None:
+    pod = {
+        "status": {
+            "phase": "Running",
+            "containerStatuses": [
+                {"name": "istio-proxy", "state": {"running": {}}},
+                {"name": "warmup", "state": {"terminated": {"exitCode": 0}}},
+            ],
+        }
+    }
+    assert warmup_pods.ended(pod) == "Succeeded"

@@ -67,6 +67,11 @@ def gate(profile: Profile, profile_text: str, options: sequence.Options, report:
         message = f"revision {record.revision} of {name} passed its gate"
         ended = Outcome("deployed", name, namespace, message, record.revision, timings=timings, gate=gate_report)
     ended.time_to_serving = judged.serving_json()
+    if profile.rollout.warmup is not None and profile.rollout.warmup.enabled:
+        ended.warnings.append(
+            "rollout.warmup and model.verify run only where deployctl makes the write (apply, the controller): "
+            "the GitOps tool applied this revision, so no node was warmed and no weights were verified"
+        )
     return ended
 
 

@@ -82,9 +82,13 @@ def apply(profile: Profile, profile_text: str, options: sequence.Options, report
         existed = frozenset((e.kind, e.name) for e in checked.found)
         with timings.phase("warmup"):
             new_pods = checked.replaces_pods or live is None
-            warm = warmup.begin(kube, profile, objects, check, replaces_pods=new_pods, report=report)
+            warm = warmup.begin(
+                kube, profile, objects, check, replaces_pods=new_pods, report=report, abort=lock.lost_reason
+            )
         try:
             stop = warm.failure()[0] if warm else None
+            if warm is not None and (lost := lock.lost_reason()) is not None:  # the warm-up took minutes
+                stop = Failure("lock_lost", f"{lost}; the warm-up ran, nothing else was written", "warmup")
             if warm is not None and stop is not None:
                 outcome = _stopped_by_warmup(kube, draft, description, stop, warm, report, timings)
             else:
@@ -92,10 +96,10 @@ def apply(profile: Profile, profile_text: str, options: sequence.Options, report
                     kube, objects, draft, description, live, spec, lock, options, report, timings, copies, existed, warm
                 )
         finally:
-            if warm is not None and (left := warm.cleanup()):
-                report("warmup", f"warning: warm-up pods still there after their deletion: {', '.join(left)}")
+            left = warm.cleanup() if warm is not None else []
     unsigned = record_trust.unsigned_warning(options.keys)
-    late = [w for w in (probe_warning, unsigned) if w]
+    leftover = f"warm-up pods still there after their deletion: {', '.join(left)}" if left else None
+    late = [w for w in (probe_warning, unsigned, leftover) if w]
     outcome.warnings = check.warnings + outcome.warnings + late
     return outcome
 
@@ -250,10 +254,14 @@ def _after_warmup(
     one-at-a-time rollout they warmed while the first new pods started."""
     if warm is None:
         return judged.failure, [], judged
+    new_pods = {p.node for p in judged.serving.pods} if judged.serving else set()
     failure, late = judged.failure, list[str]()
     if failure is None:
-        warm.wait(report)
-        failure, late = warm.failure()
+        warm.wait(report, nodes=new_pods)
+        failure, late = warm.failure(new_pods=new_pods)
+    else:  # the rollout or gate failed: a mismatch already found explains it better
+        found, _ = warm.failure(new_pods=set(warm.results))
+        failure = found if found is not None and found.cls == "weights_mismatch" else failure
     return failure, late, _with_warmup(judged, warm)
 
 
@@ -277,6 +285,8 @@ def _stopped_by_warmup(
     name, namespace = draft.release, draft.namespace
     report("warmup", f"STOPPED ({failure.cls}): {failure.message}")
     judged = _with_warmup(verify.Judgement(failure), warm)
+    if failure.cls == "lock_lost":  # another apply may hold the release now: write nothing
+        return Outcome("refused", name, namespace, failure.message, None, failure, timings)
     try:
         failed = sequence.record_revision(kube, draft, "failed", f"{description} failed: {failure.cls}", judged)
         label, revision = f"revision {failed.revision}", failed.revision

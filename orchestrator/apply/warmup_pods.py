@@ -26,7 +26,7 @@ from orchestrator.kube import status as kube_status
 from orchestrator.plan import preflight
 from orchestrator.profile import compile_cache as profile_compile_cache
 from orchestrator.profile.model import Profile
-from orchestrator.records import model_manifest
+from orchestrator.records import encoding, model_manifest
 
 LABEL = "deployctl.dev/warmup"  # value: the release; no selector of the release's objects matches it
 CONTAINER = "warmup"
@@ -35,6 +35,8 @@ SCRIPT = (importlib.resources.files("orchestrator") / "data" / "warmup_read.py")
 # Not part of the model on either side: a clone's .git holds every blob twice, and the script skips it.
 IGNORED = (".git",)
 _KEPT_VOLUMES = ("model", profile_compile_cache.VOLUME)
+_NO_SIDECAR = {"sidecar.istio.io/inject": "false", "linkerd.io/inject": "disabled"}
+_TEXT_SHOWN = 300  # characters of one error from the pod, in a message or the record
 _LOG_LIMIT = 32 << 20  # a 10,000-file model's report is about 1 MiB
 
 
@@ -58,8 +60,39 @@ def pod_template(objects: Sequence[Mapping[str, Any]]) -> Mapping[str, Any]:
 
 
 def pod_name(release: str, node: str) -> str:
-    """One warm-up pod per node: the release (cut) and a hash of the node's name, a valid DNS label."""
-    return f"{release[:40]}-warmup-{hashlib.sha256(node.encode()).hexdigest()[:10]}"
+    """One warm-up pod per node: the release (cut) and a hash of the whole release name and the node's,
+    so two releases whose names share their first 40 characters never share a pod name."""
+    return f"{release[:40]}-warmup-{hashlib.sha256(f'{release}/{node}'.encode()).hexdigest()[:10]}"
+
+
+def network_policy(profile: Profile) -> dict[str, Any]:
+    """Deny every connection to and from the warm-up pods: the script reads a volume and prints, and
+    code the image runs on start (a sitecustomize, a wrapper) must not reach out past airgap.denyEgress."""
+    name, namespace = profile.metadata.name, profile.metadata.namespace
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": {
+            "name": f"{name[:40]}-warmup-deny-all",
+            "namespace": namespace,
+            "labels": {LABEL: name, conventions.MANAGED_BY_LABEL: conventions.MANAGED_BY},
+        },
+        "spec": {"podSelector": {"matchLabels": {LABEL: name}}, "policyTypes": ["Ingress", "Egress"]},
+    }
+
+
+def _annotations(template: Mapping[str, Any], engine: str) -> dict[str, str]:
+    """The template's annotations for the warm-up pod: a container-scoped one (AppArmor's) follows the
+    container to its new name, and service meshes are told not to inject a sidecar, which would keep
+    the pod running after the warm-up ended."""
+    found = kube_status.mapping(kube_status.mapping(template.get("metadata")).get("annotations"))
+    out: dict[str, str] = {}
+    for key, value in found.items():
+        prefix, _, container = str(key).rpartition("/")
+        out[f"{prefix}/{CONTAINER}" if prefix.startswith("container.") and container == engine else str(key)] = str(
+            value
+        )
+    return {**out, **_NO_SIDECAR}
 
 
 def pod(profile: Profile, template: Mapping[str, Any], node: str) -> dict[str, Any]:
@@ -78,7 +111,8 @@ def pod(profile: Profile, template: Mapping[str, Any], node: str) -> dict[str, A
     warmup = profile.rollout.warmup
     assert warmup is not None, "the warm-up runs only when rollout.warmup is set"
     name, namespace = profile.metadata.name, profile.metadata.namespace
-    annotations = kube_status.mapping(kube_status.mapping(template.get("metadata")).get("annotations"))
+    annotations = _annotations(template, kube_status.text(engine.get("name")))
+    runtime = {"runtimeClassName": spec["runtimeClassName"]} if spec.get("runtimeClassName") else {}
     return {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -86,7 +120,7 @@ def pod(profile: Profile, template: Mapping[str, Any], node: str) -> dict[str, A
             "name": pod_name(name, node),
             "namespace": namespace,
             "labels": {LABEL: name, conventions.MANAGED_BY_LABEL: conventions.MANAGED_BY},
-            "annotations": dict(annotations),
+            "annotations": annotations,
         },
         "spec": {
             "nodeName": node,  # exactly the target node, past the scheduler: it asks for no GPU
@@ -97,6 +131,7 @@ def pod(profile: Profile, template: Mapping[str, Any], node: str) -> dict[str, A
             "securityContext": spec.get("securityContext") or {},
             "imagePullSecrets": spec.get("imagePullSecrets") or [],
             "tolerations": spec.get("tolerations") or [],
+            **runtime,  # the same sandbox (gVisor, Kata) as the engine, where the release names one
             "volumes": volumes,
             "containers": [
                 {
@@ -147,46 +182,66 @@ def judge(profile: Profile, node: str, pod_obj: Mapping[str, Any] | None, log: s
     if pod_obj is None:
         return NodeResult(node, "failed", "its pod was deleted before it finished")
     status = kube_status.mapping(pod_obj.get("status"))
-    phase = status.get("phase")
+    phase = ended(pod_obj)
     if status.get("reason") == "DeadlineExceeded":
         limit = profile.rollout.warmup.timeoutSeconds if profile.rollout.warmup else 0
         return NodeResult(node, "timed_out", f"it did not finish within rollout.warmup.timeoutSeconds ({limit} s)")
     if phase == "Failed":
         return NodeResult(node, "failed", _why_failed(status))
     if phase != "Succeeded":
-        return NodeResult(node, "timed_out", f"it was still {phase or 'Pending'}{_waiting(status)}")
+        still = kube_status.text(status.get("phase"), "Pending")
+        return NodeResult(node, "timed_out", f"it was still {still}{_waiting(status)}, past its deadline")
     report = _report(log)
     if report is None:
         return NodeResult(node, "failed", "its log holds no warm-up report (an image without python3?)")
     return _from_report(profile, node, report)
 
 
+def ended(pod_obj: Mapping[str, Any]) -> str | None:
+    """Succeeded or Failed once the warm-up container ended (a sidecar may keep the pod running), else None."""
+    status = kube_status.mapping(pod_obj.get("status"))
+    for c in kube_status.mappings(status.get("containerStatuses")):
+        done = kube_status.mapping(kube_status.mapping(c.get("state")).get("terminated"))
+        if c.get("name") == CONTAINER and done:
+            return "Succeeded" if done.get("exitCode") == 0 else "Failed"
+    phase = status.get("phase")
+    return phase if phase in ("Succeeded", "Failed") else None
+
+
 def _from_report(profile: Profile, node: str, report: Mapping[str, Any]) -> NodeResult:
     files = kube_status.mapping(report.get("files"))
-    errors = [str(e) for e in report.get("errors") or []][:3]
+    raw = report.get("errors")
+    errors = [_clean(e) for e in raw[:3]] if isinstance(raw, list) else ([] if raw is None else ["a garbled report"])
     cache = kube_status.mapping(report.get("cache"))
     cache_error = None
     if cache and cache.get("writable") is not True:
-        cache_error = f"{kube_status.text(cache.get('path'))} is not writable by uid 1000: {cache.get('error')}"
-    check = _check(profile, files, report.get("manifest"))
-    result = NodeResult(
+        cache_error = f"{_clean(cache.get('path'))} is not writable by uid 1000: {_clean(cache.get('error'))}"
+    size = report.get("bytes")
+    return NodeResult(
         node,
         "failed" if errors else "done",
         "; ".join(errors) or None,
-        _number(report.get("seconds")),
-        int(n) if isinstance(n := report.get("bytes"), int) else None,
+        encoding.seconds(report.get("seconds")),
+        size if isinstance(size, int) and not isinstance(size, bool) and size >= 0 else None,
         len(files),
         cache_error,
-        check,
+        # A file the pod could not read is a read error, not a tampered volume: judged only on a clean read.
+        None if errors else _check(profile, files, report.get("manifest")),
     )
-    return result
+
+
+def _clean(value: object) -> str:
+    """Text from the pod (a file name, an OS error) as a message or the record may hold it: printable, short."""
+    text = value if isinstance(value, str) else repr(value)
+    shown = "".join(c if c.isprintable() else repr(c)[1:-1] for c in text[:_TEXT_SHOWN])
+    return shown + ("…" if len(text) > _TEXT_SHOWN else "")
 
 
 def _check(profile: Profile, files: Mapping[str, object], manifest: object) -> model_manifest.WeightsCheck | None:
     verify = profile.model.verify
     if verify is None:
         return None
-    digests = {str(k): str(v) for k, v in files.items()}
+    digests = {str(k): v for k, v in files.items() if isinstance(v, str)}
     data: bytes | None = None
     if isinstance(manifest, str):
         try:
@@ -205,7 +260,7 @@ def _report(log: str) -> Mapping[str, Any] | None:
         if line.startswith(REPORT) or f" {REPORT}" in line:  # a runtime may prefix a timestamp
             try:
                 found = json.loads(line.split(REPORT, 1)[1])
-            except ValueError:
+            except (ValueError, RecursionError):  # a garbled or hostile report: judged as none
                 return None
             return found if isinstance(found, dict) else None
     return None
@@ -213,19 +268,16 @@ def _report(log: str) -> Mapping[str, Any] | None:
 
 def _why_failed(status: Mapping[str, Any]) -> str:
     for c in kube_status.mappings(status.get("containerStatuses")):
-        ended = kube_status.mapping(kube_status.mapping(c.get("state")).get("terminated"))
-        if ended:
-            return f"its container ended with exit code {ended.get('exitCode')} ({ended.get('reason') or 'Error'})"
-    return f"its pod failed ({status.get('reason') or status.get('message') or 'no reason given'})"
+        done = kube_status.mapping(kube_status.mapping(c.get("state")).get("terminated"))
+        if done and c.get("name") in (CONTAINER, None):
+            code, reason = _clean(done.get("exitCode")), _clean(done.get("reason") or "Error")
+            return f"its container ended with exit code {code} ({reason})"
+    return f"its pod failed ({_clean(status.get('reason') or status.get('message') or 'no reason given')})"
 
 
 def _waiting(status: Mapping[str, Any]) -> str:
     for c in kube_status.mappings(status.get("containerStatuses")):
         waiting = kube_status.mapping(kube_status.mapping(c.get("state")).get("waiting"))
         if waiting.get("reason"):
-            return f" ({waiting['reason']}: {str(waiting.get('message') or '')[:200]})"
+            return f" ({_clean(waiting['reason'])}: {_clean(waiting.get('message') or '')})"
     return ""
-
-
-def _number(value: object) -> float | None:
-    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None

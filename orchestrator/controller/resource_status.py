@@ -24,6 +24,8 @@ STEPS = ("Planned", "Applied", "RolledOut", "Gated")
 _STEP_OF_STAGE = {
     "plan": "Planned",
     "preflight": "Planned",
+    # The warm-up runs before the first write: a stop there leaves the revision not applied.
+    "warmup": "Applied",
     "apply": "Applied",
     "rollout": "RolledOut",
     "health": "Gated",

@@ -15,6 +15,7 @@ import hashlib
 import json
 import os
 import sys
+import tempfile
 import time
 
 CHUNK = 16 << 20
@@ -48,10 +49,10 @@ def files_under(root: str) -> list[str]:
 
 
 def writable(directory: str) -> dict[str, object]:
-    probe = os.path.join(directory, f".deployctl-warmup-{os.getpid()}")
+    # A file of its own (pods on one claim all run as PID 1), removed again whoever else is there.
     try:
-        with open(probe, "w") as f:
-            f.write("ok")
+        handle, probe = tempfile.mkstemp(prefix=".deployctl-warmup-", dir=directory)
+        os.close(handle)
         os.remove(probe)
     except OSError as e:
         return {"path": directory, "writable": False, "error": f"{type(e).__name__}: {e.strerror or e}"}

@@ -296,10 +296,26 @@ class CeilingRule:
         default = _profile_default(self.path)
         if default is None:  # optional, no default: unset is within any ceiling
             return f"!({_has(self.path)}) || object.spec.{self.path} <= {ceiling}"
-        return f"({_has(self.path)} ? object.spec.{self.path} : {default}) <= {ceiling}"
+        judged = f"({_has(self.path)} ? object.spec.{self.path} : {default}) <= {ceiling}"
+        section = self.path.rpartition(".")[0]
+        if _optional_section(section):  # rollout.warmup left out: nothing to bound, as the Python check says
+            return f"!({_has(section)}) || {judged}"
+        return judged
 
     def message(self) -> str:
         return f"{self.path} must be at most the policy's ceilings.{self.param}"
+
+
+def _optional_section(path: str) -> bool:
+    """Whether the section at ``path`` may be left out of a profile (its default is None)."""
+    model: type[BaseModel] | None = profiles.Profile
+    steps = path.split(".")
+    for step in steps[:-1]:
+        assert model is not None, f"{path}: {step} is no section"
+        model = profile_base.model_in(model.model_fields[step].annotation)
+    assert model is not None, f"{path}: no section holds {steps[-1]}"
+    field = model.model_fields[steps[-1]]
+    return field.default is None and field.default_factory is None
 
 
 def _profile_default(path: str) -> int | None:

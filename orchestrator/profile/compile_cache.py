@@ -10,8 +10,9 @@ an SLO-only change keeps the key; a new image, model or compile flag gets a fres
 stale kernel is never loaded. vLLM hashes its own configuration below that directory as well.
 
 Writable by the pod's uid 1000, which a profile can only promise: a claim through engine.fsGroup
-(the kubelet makes the claim's files the group's), a node directory by its owner (the node's admin
-creates it once). The first is checked here; the second by the warm-up pod on every target node.
+(the kubelet makes the claim's files the group's, where its driver honours fsGroup), a node
+directory by its owner (the node's admin creates it once). The profile's side is checked here; the
+node's by the warm-up pod on every target node, where the profile has one.
 """
 
 from __future__ import annotations
@@ -37,14 +38,17 @@ class CompileCacheSpec(profile_base.Model):
     pvc: str | None = Field(
         default=None,
         description="A PersistentVolumeClaim for the cache, shared by every pod of the release: ReadWriteMany "
-        "with more than one pod. Needs engine.fsGroup, through which the kubelet lets the pod's uid write it.",
+        "with more than one pod. Needs engine.fsGroup, through which the kubelet lets the pod's uid write it "
+        "(NFS and CephFS drivers often ignore fsGroup: chown the claim's top directory to 1000 once).",
         examples=["vllm-compile-cache"],
     )
     hostPath: str | None = Field(
         default=None,
-        description="A directory on each GPU node for the cache (node-local, e.g. on NVMe). It must exist and "
-        "be writable by uid 1000 (`install -d -o 1000 -g 1000 PATH` on each node, once): the warm-up checks it "
-        "on every target node before a GPU pod starts. A controller's policy must set allowHostPath.",
+        description="A directory on each GPU node for the cache (node-local, e.g. on NVMe), one per namespace: "
+        "what one release compiles there, another's engine loads. It must exist and be writable by uid 1000 "
+        "(`install -d -o 1000 -g 1000 PATH` on each node, once); with rollout.warmup, the warm-up checks it on "
+        "every target node before a GPU pod starts. Under the controller, an InferencePolicy must list it in "
+        "allowedCompileCacheHostPaths.",
         examples=["/var/lib/deployctl/compile-cache"],
     )
 

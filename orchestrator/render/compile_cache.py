@@ -1,12 +1,14 @@
 """The compile cache's key and what it adds to the engine pod (engine.compileCache).
 
 The key names one directory of the cache volume. It hashes what decides the compiled code: the
-image (its digest: the engine, torch, Triton and CUDA versions), the weights' identity, and the
-engine's arguments except those that only place or size the server (port, served name, memory
-fraction, the calibrated KV cache, how weights are read). So a restart, an SLO or gate change and
-a new calibration reuse the directory, while a new image, model, TP/PP, max length, batch size,
-dtype, quantization or compilation flag gets a fresh one. vLLM keys its torch.compile cache by a
-hash of its own configuration below it, a second guard within one image.
+image (its digest: the engine, torch, Triton and CUDA versions), the weights' identity, the GPU,
+the copy's shape across nodes, the engine's environment as the profile writes it, and the engine's
+arguments except those that only place or size the server (port, served name, memory fraction, the
+calibrated KV cache, how weights are read). So a restart, an SLO or gate change and a new
+calibration reuse the directory, while a new image, model, TP/PP, max length, batch size, dtype,
+quantization, compilation flag or backend variable gets a fresh one. The key narrows what vLLM
+could find; vLLM's own hash of its configuration below it (``torch_compile_cache/<hash>``) is the
+guard within one image, and the one against what the key cannot see (a ConfigMap's values).
 """
 
 from __future__ import annotations
@@ -52,6 +54,12 @@ def key(profile: profiles.Profile) -> str:
         "image": profile.engine.image,
         "model": [profile.model.name, profile.model.revision, profile.model.source.model_dump(mode="json")],
         "args": compiled_args(serving.args(profile.server_settings())),
+        # What else picks kernels: the GPU, the copy's shape across nodes, and the environment
+        # (VLLM_ATTENTION_BACKEND, TORCHINDUCTOR_*: by name and source, as the profile holds them).
+        "gpu": profile.hardware.gpu,
+        "nodes": [profile.nodes_per_copy, profile.placement.groupEngine if profile.multi_node else None],
+        "env": [e.model_dump(mode="json") for e in profile.engine.env],
+        "envFrom": [e.model_dump(mode="json") for e in profile.engine.envFrom],
     }
     canonical = json.dumps(factors, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(canonical.encode()).hexdigest()[:KEY_CHARS]
