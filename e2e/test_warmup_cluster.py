@@ -15,6 +15,8 @@ import importlib.resources
 import shutil
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -171,4 +173,47 @@ def test_a_public_key_that_is_no_key_is_exit_2_before_any_write(env: ReleaseEnv)
     result = env.apply(_warm(env, {"signature": "model.sig", "publicKey": bad}))
     assert result.code == 2, result.stdout + result.stderr
     assert "model.verify.publicKey" in result.stderr and "Traceback" not in result.stderr
+    assert env.deployment() is None and _warmup_pods(env) == []
+
+
+def test_a_claim_that_attaches_to_one_node_only_is_explained_before_the_swap(env: ReleaseEnv) -> None:
+    _script_log(env, _sums(env.tmp / "model"), "")
+    doc = _warm(env)
+    doc["placement"]["podAnnotations"]["sim.deployctl.dev/warmup-behavior"] = "hang"  # waits on its volume
+    core = kubernetes.client.CoreV1Api(env.api)
+
+    def attach_error() -> None:
+        """What the attach-detach controller says of a ReadWriteOnce claim attached to another node."""
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            pods = [p for p in _warmup_pods(env) if p.spec.node_name == "gpu-a100-nvl-1"]
+            if pods:
+                pod = pods[0]
+                core.create_namespaced_event(
+                    env.namespace,
+                    {
+                        "metadata": {"generateName": "warmup-attach-"},
+                        "involvedObject": {
+                            "kind": "Pod",
+                            "namespace": env.namespace,
+                            "name": pod.metadata.name,
+                            "uid": pod.metadata.uid,
+                        },
+                        "reason": "FailedAttachVolume",
+                        "type": "Warning",
+                        "message": 'Multi-Attach error for volume "pvc-models" Volume is already used by pod(s) '
+                        "llm-old-0",
+                    },
+                )
+                return
+            time.sleep(0.2)
+
+    thread = threading.Thread(target=attach_error, daemon=True)
+    thread.start()
+    result = env.apply(doc)
+    thread.join(timeout=5)
+    assert result.code == 5, result.stdout + result.stderr
+    failure = result.json["failure"]
+    assert failure["class"] == "warmup_failed" and "gpu-a100-nvl-1" in failure["message"], failure
+    assert "Multi-Attach" in failure["message"] and "ReadWriteOnce claim is attached to one node" in failure["message"]
     assert env.deployment() is None and _warmup_pods(env) == []

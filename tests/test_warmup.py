@@ -325,3 +325,17 @@ def test_a_sidecar_that_keeps_the_pod_running_does_not_hide_the_warmups_end() ->
         }
     }
     assert warmup_pods.ended(pod) == "Succeeded"
+
+
+def test_events_that_say_a_volume_will_never_mount_end_the_wait_with_the_reason() -> None:
+    attach = [
+        {"reason": "FailedAttachVolume", "message": 'Multi-Attach error for volume "pvc-1" Volume is already used'}
+    ]
+    judged = warmup_pods.volume_trouble(attach, None)
+    assert judged is not None and "ReadWriteOnce" in (judged("n1").reason or "")
+    missing = [{"reason": "FailedMount", "message": "hostPath type check failed: /var/lib/cc is not a directory"}]
+    cache = warmup_pods.volume_trouble(missing, "/var/lib/cc")
+    assert cache is not None and cache("n1").cache_error is not None
+    weights = warmup_pods.volume_trouble(missing, None)
+    assert weights is not None and weights("n1").cache_error is None
+    assert warmup_pods.volume_trouble([{"reason": "FailedMount", "message": "timed out, retrying"}], None) is None

@@ -34,6 +34,7 @@ POLL_SECONDS = 1.0
 # The kubelet enforces activeDeadlineSeconds on its own sync loop: give it this long past the deadline.
 DEADLINE_GRACE_SECONDS = 30.0
 CLEANUP_SECONDS = 30.0
+EVENTS_EVERY_SECONDS = 5.0
 Report = Callable[[str, str], None]
 Abort = Callable[[], str | None]
 
@@ -52,6 +53,7 @@ class Warmup:
     finished: float | None = None  # when the last result was judged
     results: dict[str, warmup_pods.NodeResult] = dataclasses.field(default_factory=dict)
     policy: str | None = None  # the deny-all NetworkPolicy's name, once created
+    _events_read: dict[str, float] = dataclasses.field(default_factory=dict)  # pod → when its events were read
 
     def wait(
         self, report: Report, *, first: bool = False, nodes: Collection[str] | None = None, abort: Abort | None = None
@@ -67,6 +69,8 @@ class Warmup:
                 for node in wanted:
                     if node not in self.results:
                         self._look(node, live.get(self.pods[node]), report)
+            if self._stops_now(nodes):
+                return  # it stops the rollout whatever the other nodes say: no need to wait for them
             if time.monotonic() > self.deadline:
                 for node in wanted:
                     if node not in self.results:
@@ -136,6 +140,15 @@ class Warmup:
                 self.kube.delete("NetworkPolicy", self.policy, namespace)
         return left
 
+    def _stops_now(self, nodes: Collection[str] | None) -> bool:
+        """Whether a node judged so far already stops the rollout (``failure`` on the rest is moot)."""
+        done = [r for n, r in self.results.items() if nodes is None or n in nodes]
+        if any((r.check is not None and not r.check.verified) or r.cache_error for r in done):
+            return True
+        warm = self.profile.rollout.warmup
+        stopping = self.profile.model.verify is not None or (warm is not None and warm.onFailure == "stop")
+        return nodes is None and stopping and any(r.state != "done" for r in done)
+
     def _enough(self, wanted: Sequence[str], first: bool) -> bool:
         done = [n for n in wanted if n in self.results]
         return len(done) == len(wanted) or (first and bool(done))
@@ -147,6 +160,8 @@ class Warmup:
             self._judged(warmup_pods.NodeResult(node, "failed", "its pod was replaced by another of that name"), report)
             return
         if pod is not None and warmup_pods.ended(pod) is None:
+            if (stuck := self._volume_trouble(name)) is not None:
+                self._judged(stuck(node), report)
             return
         log = ""
         if pod is not None and warmup_pods.ended(pod) == "Succeeded":
@@ -155,6 +170,21 @@ class Warmup:
                 return  # the API server did not answer: read it again at the next poll
             log = read
         self._judged(warmup_pods.judge(self.profile, node, pod, log), report)
+
+    def _volume_trouble(self, name: str) -> Callable[[str], warmup_pods.NodeResult] | None:
+        """A pod whose volumes cannot be set up never ends on its own: judged from the events that say
+        why (a ReadWriteOnce claim attached to another node, a node directory that is not there), read
+        every EVENTS_EVERY_SECONDS while it waits."""
+        now = time.monotonic()
+        if now - self._events_read.get(name, 0.0) < EVENTS_EVERY_SECONDS:
+            return None
+        self._events_read[name] = now
+        try:
+            events, _ = self.kube.list("Event", self.profile.metadata.namespace, fields=f"involvedObject.name={name}")
+        except errors.ClusterError:
+            return None
+        cache = self.profile.engine.compileCache
+        return warmup_pods.volume_trouble(events, cache.hostPath if cache is not None else None)
 
     def _cache_message(self, r: warmup_pods.NodeResult) -> str:
         cache = self.profile.engine.compileCache

@@ -18,7 +18,7 @@ import dataclasses
 import hashlib
 import importlib.resources
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from orchestrator import conventions
@@ -263,6 +263,27 @@ def _report(log: str) -> Mapping[str, Any] | None:
             except (ValueError, RecursionError):  # a garbled or hostile report: judged as none
                 return None
             return found if isinstance(found, dict) else None
+    return None
+
+
+def volume_trouble(events: Sequence[Mapping[str, Any]], cache_dir: str | None) -> Callable[[str], NodeResult] | None:
+    """What a waiting warm-up pod's events say about its volumes, as a judgement for its node; None when
+    they say nothing that would not pass. A ReadWriteOnce claim attaches to one node at a time: an engine
+    pod on another node could not mount it either, which is worth knowing before the swap."""
+    for event in events:
+        reason, message = event.get("reason"), _clean(event.get("message"))
+        if reason == "FailedAttachVolume" and "Multi-Attach" in message:
+            why = (
+                f"its volumes cannot be attached here: {message}. A ReadWriteOnce claim is attached to one node "
+                "at a time, so engine pods on other nodes could not mount it either: give the weights a "
+                "ReadOnlyMany or ReadWriteMany claim, or keep the release on the node that holds it"
+            )
+            return lambda node: NodeResult(node, "failed", why)
+        if reason == "FailedMount" and "hostPath type check failed" in message:
+            if cache_dir is not None and cache_dir in message:
+                missing = f"the node directory is missing ({message})"
+                return lambda node: NodeResult(node, "failed", missing, cache_error=missing)
+            return lambda node: NodeResult(node, "failed", f"its volumes cannot be mounted here: {message}")
     return None
 
 
