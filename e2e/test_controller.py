@@ -7,14 +7,17 @@ writes it (server-side apply); `kubectl wait --for=condition=Ready` reads the st
 
 from __future__ import annotations
 
+import importlib.resources
 import signal
 import subprocess
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import kubernetes
+import kwoksim
 import yaml
 from components import BIN_DIR
 from controllerhelpers import apply_object, conditions, get_object, object_doc, settled, wait_ready
@@ -174,3 +177,33 @@ def test_a_controller_for_all_namespaces_deploys_an_object_in_any_of_them(
     assert waited.returncode == 0, waited.stderr + (env.tmp / "controller-all.log").read_text()[-3000:]
     assert get_object(env)["status"]["liveRevision"] == 1
     assert "leading as" in (env.tmp / "controller-all.log").read_text()
+
+
+def test_the_controller_warms_and_verifies_with_its_own_role(
+    crd_installed: None, env: ReleaseEnv, controllers: Callable[..., Any]
+) -> None:
+    model = env.tmp / "model"
+    model.mkdir()
+    (model / "model.safetensors").write_bytes(b"approved weights")
+    subprocess.run("sha256sum model.safetensors > SHA256SUMS", shell=True, cwd=model, check=True)
+    script = (importlib.resources.files("orchestrator") / "data" / "warmup_read.py").read_text()
+    report = subprocess.run(
+        [sys.executable, "-c", script, str(model), "SHA256SUMS", "1", ""], capture_output=True, text=True, check=True
+    ).stdout
+    (env.tmp / "warmup.log").write_text(report)
+    kwoksim.set_namespace_logs(env.cluster, env.namespace, env.tmp / "warmup.log")
+    controllers()
+    doc = object_doc(
+        env,
+        model={"verify": {"sha256Manifest": "SHA256SUMS"}},
+        rollout={"replicas": 1, "allowDowntime": True, "progressDeadlineSeconds": 120, "warmup": {"enabled": True}},
+    )
+    apply_object(env, doc)
+    waited = wait_ready(env)
+    assert waited.returncode == 0, waited.stderr + (env.tmp / "controller-a.log").read_text()[-3000:]
+    warmed = env.record(1)["time_to_serving"]["warmup"]["nodes"]
+    assert warmed and all(n["state"] == "done" and n["verification"]["verified"] for n in warmed), warmed
+    left = kubernetes.client.CoreV1Api(env.api).list_namespaced_pod(
+        env.namespace, label_selector="deployctl.dev/warmup=llm"
+    )
+    assert left.items == []

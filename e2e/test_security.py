@@ -13,10 +13,12 @@ from __future__ import annotations
 import base64
 import contextlib
 import gzip
+import importlib.resources
 import json
 import os
 import secrets
 import subprocess
+import sys
 import time
 import urllib.parse
 from collections.abc import Callable, Iterator
@@ -25,6 +27,7 @@ from typing import Any
 
 import faulthelpers
 import kubernetes
+import kwoksim
 import localcluster
 import pytest
 import yaml
@@ -110,6 +113,28 @@ def test_deployctl_bound_to_its_rendered_role_can_run_every_command(env: Env) ->
         rows = run("history", "llm", *ns, "--output", "json").json
     assert [r["status"] for r in rows] == ["superseded", "superseded", "superseded", "deployed"]
     assert {r["actor"]["user"] for r in rows} == {f"system:serviceaccount:{env.namespace}:{DEPLOYER}"}
+
+
+def test_a_warmup_runs_with_the_role_rendered_for_it_and_is_refused_by_one_without_it(env: Env) -> None:
+    model = env.tmp / "model"
+    model.mkdir()
+    (model / "model.safetensors").write_bytes(b"weights")
+    script = (importlib.resources.files("orchestrator") / "data" / "warmup_read.py").read_text()
+    report = subprocess.run(
+        [sys.executable, "-c", script, str(model), "", "0", ""], capture_output=True, text=True, check=True
+    ).stdout
+    (env.tmp / "warmup.log").write_text(report)
+    kwoksim.set_namespace_logs(env.cluster, env.namespace, env.tmp / "warmup.log")
+    path = env.write(profile(env.namespace, rollout={"replicas": 1, "warmup": {"enabled": True}}), "warm.yaml")
+    with _deployer_kubeconfig(env, render.rbac(env.namespace, DEPLOYER, warmup=False)) as kubeconfig:
+        refused = deployctl(kubeconfig, "apply", str(path), "--kubeconfig", str(kubeconfig))
+    assert refused.code == 4, refused.stdout + refused.stderr
+    assert "create pods" in refused.stderr and env.deployment() is None  # asked before any write
+    with _deployer_kubeconfig(env, render.rbac(env.namespace, DEPLOYER, warmup=True)) as kubeconfig:
+        warmed = deployctl(kubeconfig, "apply", str(path), "--output", "json", "--kubeconfig", str(kubeconfig))
+    assert warmed.code == 0, warmed.stdout + warmed.stderr
+    nodes = warmed.json["time_to_serving"]["warmup"]["nodes"]
+    assert nodes and all(n["state"] == "done" for n in nodes), nodes
 
 
 @pytest.mark.parametrize(

@@ -55,8 +55,3 @@ def test_kv_off_the_plan_by_more_than_ten_percent_and_too_little_concurrency_are
     assert len(off) == 1 and "+36%" in off[0] and "1,500,000" in off[0]
     short = startup_log.warnings({"kv_cache_tokens": 2_000_000}, [seen], max_num_seqs=1024)
     assert len(short) == 1 and "997.08 sequences" in short[0] and "maxNumSeqs is 1024" in short[0]
-
-
-def test_the_longest_stored_load_time_sizes_the_next_probe() -> None:
-    assert startup_log.load_seconds([{"load_seconds": 30.0}, {"load_seconds": None}, {"load_seconds": 95.5}]) == 95.5
-    assert startup_log.load_seconds([{"load_seconds": None}]) is None

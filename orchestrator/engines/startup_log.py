@@ -58,9 +58,3 @@ def warnings(
                 "preempted"
             )
     return out
-
-
-def load_seconds(observations: Iterable[Mapping[str, object]]) -> float | None:
-    """The longest observed load time in stored observations (to size the next startup probe)."""
-    seconds = [s for o in observations if isinstance(s := o.get("load_seconds"), (int, float))]
-    return max(seconds) if seconds else None
