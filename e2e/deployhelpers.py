@@ -153,30 +153,35 @@ def models_volume(namespace: str) -> list[dict[str, Any]]:
 
     kwok has no storage, but the scheduler only places pods whose claims are bound.
     """
-    pv_name = f"models-{namespace}"[:63]
+    return claim_volume(namespace, "models", "ReadOnlyMany", "1Ti")
+
+
+def claim_volume(namespace: str, claim: str, access_mode: str, storage: str) -> list[dict[str, Any]]:
+    """A PersistentVolume (a hostPath kwok never mounts) pre-bound to a claim named ``claim``."""
+    pv_name = f"{claim}-{namespace}"[:63]
     return [
         {
             "apiVersion": "v1",
             "kind": "PersistentVolume",
             "metadata": {"name": pv_name, "labels": {"deployctl.dev/e2e": "true"}},
             "spec": {
-                "capacity": {"storage": "1Ti"},
-                "accessModes": ["ReadOnlyMany"],
+                "capacity": {"storage": storage},
+                "accessModes": [access_mode],
                 "storageClassName": "",
                 "persistentVolumeReclaimPolicy": "Delete",
-                "hostPath": {"path": "/models"},
-                "claimRef": {"namespace": namespace, "name": "models"},
+                "hostPath": {"path": f"/{claim}"},
+                "claimRef": {"namespace": namespace, "name": claim},
             },
         },
         {
             "apiVersion": "v1",
             "kind": "PersistentVolumeClaim",
-            "metadata": {"name": "models", "namespace": namespace},
+            "metadata": {"name": claim, "namespace": namespace},
             "spec": {
-                "accessModes": ["ReadOnlyMany"],
+                "accessModes": [access_mode],
                 "storageClassName": "",
                 "volumeName": pv_name,
-                "resources": {"requests": {"storage": "1Ti"}},
+                "resources": {"requests": {"storage": storage}},
             },
         },
     ]

@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 import kubernetes
-from deployhelpers import ReleaseEnv, profile, wait_until
+from deployhelpers import ReleaseEnv, claim_volume, profile, wait_until
 
 CLAIM = "compile-cache"
 CACHE_MOUNT = "/var/cache/deployctl-compile"
@@ -20,34 +20,9 @@ CACHE_MOUNT = "/var/cache/deployctl-compile"
 
 def _claim(env: ReleaseEnv) -> None:
     """A bound ReadWriteMany claim (kwok has no storage; the scheduler needs it bound)."""
-    pv = f"compile-{env.namespace}"[:63]
-    objects: list[dict[str, Any]] = [
-        {
-            "apiVersion": "v1",
-            "kind": "PersistentVolume",
-            "metadata": {"name": pv, "labels": {"deployctl.dev/e2e": "true"}},
-            "spec": {
-                "capacity": {"storage": "100Gi"},
-                "accessModes": ["ReadWriteMany"],
-                "storageClassName": "",
-                "persistentVolumeReclaimPolicy": "Delete",
-                "hostPath": {"path": "/compile-cache"},
-                "claimRef": {"namespace": env.namespace, "name": CLAIM},
-            },
-        },
-        {
-            "apiVersion": "v1",
-            "kind": "PersistentVolumeClaim",
-            "metadata": {"name": CLAIM, "namespace": env.namespace},
-            "spec": {
-                "accessModes": ["ReadWriteMany"],
-                "storageClassName": "",
-                "volumeName": pv,
-                "resources": {"requests": {"storage": "100Gi"}},
-            },
-        },
-    ]
-    kubernetes.utils.create_from_yaml(env.api, yaml_objects=objects)
+    kubernetes.utils.create_from_yaml(
+        env.api, yaml_objects=claim_volume(env.namespace, CLAIM, "ReadWriteMany", "100Gi")
+    )
     core = kubernetes.client.CoreV1Api(env.api)
     wait_until(
         lambda: core.read_namespaced_persistent_volume_claim(CLAIM, env.namespace).status.phase == "Bound",

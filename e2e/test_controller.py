@@ -7,10 +7,8 @@ writes it (server-side apply); `kubectl wait --for=condition=Ready` reads the st
 
 from __future__ import annotations
 
-import importlib.resources
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -186,12 +184,7 @@ def test_the_controller_warms_and_verifies_with_its_own_role(
     model.mkdir()
     (model / "model.safetensors").write_bytes(b"approved weights")
     subprocess.run("sha256sum model.safetensors > SHA256SUMS", shell=True, cwd=model, check=True)
-    script = (importlib.resources.files("orchestrator") / "data" / "warmup_read.py").read_text()
-    report = subprocess.run(
-        [sys.executable, "-c", script, str(model), "SHA256SUMS", "1", ""], capture_output=True, text=True, check=True
-    ).stdout
-    (env.tmp / "warmup.log").write_text(report)
-    kwoksim.set_namespace_logs(env.cluster, env.namespace, env.tmp / "warmup.log")
+    kwoksim.serve_warmup_report(env.cluster, env.namespace, model, env.tmp / "warmup.log", "SHA256SUMS")
     controllers()
     doc = object_doc(
         env,

@@ -11,9 +11,6 @@ from __future__ import annotations
 
 import base64
 import gzip
-import importlib.resources
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -339,13 +336,7 @@ def test_a_warmup_reads_the_weights_on_every_node_the_copy_can_land_on(
     model = env.tmp / "model"
     model.mkdir()
     (model / "model.safetensors").write_bytes(b"weights")
-    script = (importlib.resources.files("orchestrator") / "data" / "warmup_read.py").read_text()
-    report = subprocess.run(
-        [sys.executable, "-c", script, str(model), "", "0", ""], capture_output=True, text=True, check=True
-    ).stdout
-    log = env.tmp / "warmup.log"
-    log.write_text(report)
-    kwoksim.set_namespace_logs(env.cluster, env.namespace, log)
+    kwoksim.serve_warmup_report(env.cluster, env.namespace, model, env.tmp / "warmup.log", digest=False)
     result = env.apply(two_node(env.namespace, rollout={"warmup": {"enabled": True, "timeoutSeconds": 60}}))
     assert result.code == 0, result.stdout + result.stderr
     warmed = {n["node"]: n for n in env.record(1)["time_to_serving"]["warmup"]["nodes"]}

@@ -13,12 +13,10 @@ from __future__ import annotations
 import base64
 import contextlib
 import gzip
-import importlib.resources
 import json
 import os
 import secrets
 import subprocess
-import sys
 import time
 import urllib.parse
 from collections.abc import Callable, Iterator
@@ -119,12 +117,7 @@ def test_a_warmup_runs_with_the_role_rendered_for_it_and_is_refused_by_one_witho
     model = env.tmp / "model"
     model.mkdir()
     (model / "model.safetensors").write_bytes(b"weights")
-    script = (importlib.resources.files("orchestrator") / "data" / "warmup_read.py").read_text()
-    report = subprocess.run(
-        [sys.executable, "-c", script, str(model), "", "0", ""], capture_output=True, text=True, check=True
-    ).stdout
-    (env.tmp / "warmup.log").write_text(report)
-    kwoksim.set_namespace_logs(env.cluster, env.namespace, env.tmp / "warmup.log")
+    kwoksim.serve_warmup_report(env.cluster, env.namespace, model, env.tmp / "warmup.log", digest=False)
     path = env.write(profile(env.namespace, rollout={"replicas": 1, "warmup": {"enabled": True}}), "warm.yaml")
     with _deployer_kubeconfig(env, render.rbac(env.namespace, DEPLOYER, warmup=False)) as kubeconfig:
         refused = deployctl(kubeconfig, "apply", str(path), "--kubeconfig", str(kubeconfig))

@@ -11,10 +11,8 @@ model-signing 1.1.1), so deployctl judges what the script really reports.
 
 from __future__ import annotations
 
-import importlib.resources
 import shutil
 import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
@@ -31,14 +29,7 @@ WARMUP = {"enabled": True, "timeoutSeconds": 60}
 
 
 def _script_log(env: ReleaseEnv, model: Path, manifest: str, name: str = "warmup.log") -> None:
-    """Run the wheel's warm-up script on ``model`` and serve its output as every container's log."""
-    script = (importlib.resources.files("orchestrator") / "data" / "warmup_read.py").read_text()
-    out = subprocess.run(
-        [sys.executable, "-c", script, str(model), manifest, "1", ""], capture_output=True, text=True, check=True
-    ).stdout
-    log = env.tmp / name
-    log.write_text(out)
-    kwoksim.set_namespace_logs(env.cluster, env.namespace, log)
+    kwoksim.serve_warmup_report(env.cluster, env.namespace, model, env.tmp / name, manifest)
 
 
 def _sums(model: Path) -> Path:

@@ -10,6 +10,9 @@ its earlier setting of the same kind.
 from __future__ import annotations
 
 import datetime
+import importlib.resources
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -75,6 +78,18 @@ def set_namespace_logs(cluster: localcluster.Cluster, namespace: str, logs_file:
     cri.write_text("".join(f"{stamp} stderr F {line}\n" for line in logs_file.read_text().splitlines()))
     spec = {"logs": [{"logsFile": str(cri), "previousLogsFile": str(cri)}]}
     _apply_for_namespace(cluster, namespace, "ClusterLogs", "clusterlogs", spec)
+
+
+def serve_warmup_report(
+    cluster: localcluster.Cluster, namespace: str, model: Path, log: Path, manifest: str = "", *, digest: bool = True
+) -> None:
+    """Run the installed deployctl's own warm-up script (orchestrator/data/warmup_read.py, from the wheel)
+    on the directory ``model`` and serve its output, through ``log``, as every container's log in
+    ``namespace``: the report a warm-up pod on a real node would print, which deployctl reads and judges."""
+    script = (importlib.resources.files("orchestrator") / "data" / "warmup_read.py").read_text()
+    argv = [sys.executable, "-c", script, str(model), manifest, "1" if digest else "0", ""]
+    log.write_text(subprocess.run(argv, capture_output=True, text=True, check=True).stdout)
+    set_namespace_logs(cluster, namespace, log)
 
 
 def _apply_for_namespace(

@@ -232,9 +232,7 @@ def _from_report(profile: Profile, node: str, report: Mapping[str, Any]) -> Node
 
 def _clean(value: object) -> str:
     """Text from the pod (a file name, an OS error) as a message or the record may hold it: printable, short."""
-    text = value if isinstance(value, str) else repr(value)
-    shown = "".join(c if c.isprintable() else repr(c)[1:-1] for c in text[:_TEXT_SHOWN])
-    return shown + ("…" if len(text) > _TEXT_SHOWN else "")
+    return model_manifest.printable(value if isinstance(value, str) else repr(value), _TEXT_SHOWN)
 
 
 def _check(profile: Profile, files: Mapping[str, object], manifest: object) -> model_manifest.WeightsCheck | None:

@@ -221,10 +221,11 @@ def _bounded(manifest: bytes | None, name: str) -> bytes:
 # -- paths and the warm-up's report ---------------------------------------------------------------
 
 
-def _show(path: str) -> str:
-    """A name from a manifest or a pod as it may appear in a message: no control characters, cut short."""
-    shown = "".join(c if c.isprintable() else repr(c)[1:-1] for c in path[:_NAME_SHOWN])
-    return shown + ("…" if len(path) > _NAME_SHOWN else "")
+def printable(text: str, limit: int = _NAME_SHOWN) -> str:
+    """Text from a manifest or a pod as it may appear in a message or a record: no control characters
+    (each escaped as Python writes it), cut to ``limit`` characters."""
+    shown = "".join(c if c.isprintable() else repr(c)[1:-1] for c in text[:limit])
+    return shown + ("…" if len(text) > limit else "")
 
 
 def _relative(path: str) -> str | None:
@@ -257,9 +258,11 @@ def _volume(digests: Mapping[str, str], skip: Collection[str], problems: _Proble
     for raw, digest in digests.items():
         path = _relative(raw) if isinstance(raw, str) else None
         if path is None:
-            problems.add(f"the warm-up reported {_show(str(raw))!r}, which is not a path inside the model directory")
+            problems.add(
+                f"the warm-up reported {printable(str(raw))!r}, which is not a path inside the model directory"
+            )
         elif not isinstance(digest, str) or not _HEX64.fullmatch(digest):
-            problems.add(f"{_show(path)}: the warm-up reported a digest that is not a sha256 in hex")
+            problems.add(f"{printable(path)}: the warm-up reported a digest that is not a sha256 in hex")
         elif not _ignored(path, skip):
             volume[path] = digest.lower()
     return volume
@@ -269,11 +272,11 @@ def _compare(listed: Mapping[str, str], volume: Mapping[str, str], name: str, pr
     for path in sorted(listed.keys() | volume.keys()):
         want, have = listed.get(path), volume.get(path)
         if want is None:
-            problems.add(f"{_show(path)}: on the volume, not in {name}; the engine could load an unlisted file")
+            problems.add(f"{printable(path)}: on the volume, not in {name}; the engine could load an unlisted file")
         elif have is None:
-            problems.add(f"{_show(path)}: listed in {name} but not on the volume")
+            problems.add(f"{printable(path)}: listed in {name} but not on the volume")
         elif want != have:
-            problems.add(f"{_show(path)}: its sha256 on the volume is {have}, {name} lists {want}")
+            problems.add(f"{printable(path)}: its sha256 on the volume is {have}, {name} lists {want}")
 
 
 # -- SHA256SUMS -----------------------------------------------------------------------------------
@@ -299,7 +302,7 @@ def _parse_sums(data: bytes, skip: Collection[str], problems: _Problems) -> dict
         if _ignored(path, skip):
             continue
         if listed.get(path, digest) != digest:
-            problems.add(f"{_show(path)}: listed twice in the manifest, with two different digests")
+            problems.add(f"{printable(path)}: listed twice in the manifest, with two different digests")
         listed[path] = digest
     return listed
 
@@ -327,7 +330,7 @@ def _sums_line(line: str, number: int) -> tuple[str, str] | str:
     path = _relative(raw)
     if path is None:
         return (
-            f"line {number} of the manifest names {_show(raw)!r}: an absolute path or one with '..'; "
+            f"line {number} of the manifest names {printable(raw)!r}: an absolute path or one with '..'; "
             "a manifest lists files inside the model directory, relative to it"
         )
     return path, digest.lower()
@@ -469,11 +472,11 @@ def _resources(resources: list[object], skip: Collection[str], problems: _Proble
         if path is None:
             problems.add(f"signed resource {number} is not a path inside the model directory")
         elif algorithm != "sha256":
-            problems.add(f"{_show(path)}: signed with another hash than sha256; the warm-up computes sha256")
+            problems.add(f"{printable(path)}: signed with another hash than sha256; the warm-up computes sha256")
         elif not isinstance(digest, str) or not _HEX64.fullmatch(digest):
-            problems.add(f"{_show(path)}: its signed digest is not a sha256 in hex")
+            problems.add(f"{printable(path)}: its signed digest is not a sha256 in hex")
         elif path in listed:
-            problems.add(f"{_show(path)}: listed twice in the signature")
+            problems.add(f"{printable(path)}: listed twice in the signature")
         else:
             order.append(digest.lower())
             if not _ignored(path, skip):
