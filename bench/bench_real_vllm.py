@@ -1,10 +1,12 @@
 """`deployctl bench` beside `vllm bench serve`, against the same real vLLM server and the same simulator.
 
 One run, the same load for both clients: closed loop of CONCURRENCY streams, REQUESTS requests of
-INPUT_TOKENS random prompt tokens and exactly OUTPUT_TOKENS output tokens, after a warm-up. It prints,
-for each client and server: median TTFT, median TPOT, output tokens/s, and the client's CPU seconds
-per 1,000 output tokens (its own process tree, from the kernel's child rusage), then the ratios
-deployctl / vllm. The server is the real CPU build of vLLM (`make vllm`) serving the tiny local
+INPUT_TOKENS random prompt tokens and exactly OUTPUT_TOKENS output tokens on /v1/completions (vLLM's
+own path for random prompts), after a warm-up. It prints, for each client and server: median TTFT,
+median TPOT, output tokens/s, the client's CPU seconds per 1,000 output tokens (its own process tree,
+from the kernel's child rusage) and the prompt tokens per request, then the ratios deployctl / vllm.
+deployctl's prompt count is the server's ``usage``; vLLM's is its client's own tokenizer count.
+The server is the real CPU build of vLLM (`make vllm`) serving the tiny local
 Llama; the simulator is e2e/sim with fixed latencies (ground truth for TTFT and TPOT).
 
 Timings on 2 cores shared by server and client are noisy; run it twice before reading much into a
@@ -29,8 +31,9 @@ sys.path.insert(0, str(ROOT / "bench"))
 import bench_smoke  # noqa: E402 (the simulator helper)
 import server as realvllm  # noqa: E402 (stdlib only: starts vLLM in its own venv)
 
-CONCURRENCY, REQUESTS, WARMUP = 4, 48, 4
-INPUT_TOKENS, OUTPUT_TOKENS = 64, 32
+CONCURRENCY, REQUESTS, WARMUP = 4, 64, 4
+INPUT_TOKENS, OUTPUT_TOKENS = 128, 32
+ENDPOINT = "/v1/completions"
 SIM_TTFT_MS, SIM_ITL_MS = 100.0, 20.0
 DEPLOYCTL = str(pathlib.Path(sys.executable).parent / "deployctl")
 
@@ -43,7 +46,7 @@ def _children_cpu() -> float:
 def ours(url: str, model: str) -> dict[str, float]:
     args = [DEPLOYCTL, "bench", "--url", url, "--model", model, "--concurrency", str(CONCURRENCY)]
     args += ["--requests", str(REQUESTS), "--warmup", str(WARMUP), "--input-tokens", str(INPUT_TOKENS)]
-    args += ["--output-tokens", str(OUTPUT_TOKENS), "--output", "json", "--timeout", "300"]
+    args += ["--output-tokens", str(OUTPUT_TOKENS), "--output", "json", "--timeout", "300", "--endpoint", ENDPOINT]
     before = _children_cpu()
     done = subprocess.run(args, capture_output=True, text=True, timeout=600, check=False)
     cpu = _children_cpu() - before
@@ -65,7 +68,7 @@ def ours(url: str, model: str) -> dict[str, float]:
 def peer(url: str, model: str) -> dict[str, float]:
     with tempfile.TemporaryDirectory() as out:
         args = realvllm.cli(
-            "bench", "serve", "--backend", "openai-chat", "--base-url", url, "--endpoint", "/v1/chat/completions",
+            "bench", "serve", "--backend", "openai", "--base-url", url, "--endpoint", ENDPOINT,
             "--model", model, "--tokenizer", str(realvllm.MODEL_DIR), "--dataset-name", "random",
             "--random-input-len", str(INPUT_TOKENS), "--random-output-len", str(OUTPUT_TOKENS),
             "--num-prompts", str(REQUESTS), "--max-concurrency", str(CONCURRENCY), "--request-rate", "inf",

@@ -194,6 +194,27 @@ def test_bench_sends_the_key_vllm_wants_and_keeps_it_out_of_every_report(real_vl
         assert needle not in keyed.stdout + keyed.stderr + unkeyed.stdout + unkeyed.stderr
 
 
+def test_bench_sends_the_prompt_lengths_it_claims_by_the_real_servers_count(real_vllm: tuple[int, Path]) -> None:
+    # The tiny model's tokenizer splits a word into about three pieces: sized at one token per word,
+    # these prompts averaged 402 tokens where 128 were asked.
+    port, _ = real_vllm
+    args = ("bench", "--base-url", f"http://{realvllm.HOST}:{port}", "--model", MODEL, "--num-prompts", "16")
+    args += ("--max-concurrency", "4", "--random-input-len", "128", "--random-output-len", "4", "--output", "json")
+    for endpoint in ("/v1/chat/completions", "/v1/completions"):
+        result = deployctl(
+            Path("/dev/null"), *args, "--endpoint", endpoint, env={"OPENAI_API_KEY": API_KEY}, timeout=300
+        )
+        assert result.code == 0, result.stdout + result.stderr
+        report = json.loads(result.stdout)
+        assert report["completed"] == 16, report
+        sizing = report["prompt_sizing"]
+        assert sizing["source"].startswith("server usage"), sizing
+        assert 2.0 < sizing["tokens_per_word"] < 5.0, sizing  # the tiny vocabulary, measured, not assumed
+        sent = report["total_input_tokens"] / report["completed"]
+        assert abs(sent / 128 - 1) <= 0.10, (endpoint, sent, sizing)
+        assert report["mean_prompt_tokens_sent"] == pytest.approx(sent)
+
+
 def test_an_slo_the_real_server_cannot_meet_is_rolled_back_with_the_chain_intact(real_env: ReleaseEnv) -> None:
     first = real_env.apply(real_profile(real_env.namespace), timeout=600)
     assert first.code == 0, first.stdout + first.stderr

@@ -198,19 +198,23 @@ def test_each_saturation_signal_is_named(overrides: dict[str, object], words: st
 
 
 def test_prompt_starts_with_the_nonce_and_the_rest_is_deterministic() -> None:
-    text, estimate = workload.build_prompt(seed=3, index=7, nonce="abcd1234-7", input_tokens=100)
+    text = workload.build_prompt(seed=3, index=7, nonce="abcd1234-7", words=94)
     assert text.startswith("abcd1234-7 ")
-    again, _ = workload.build_prompt(seed=3, index=7, nonce="ffff0000-7", input_tokens=100)
+    again = workload.build_prompt(seed=3, index=7, nonce="ffff0000-7", words=94)
     assert again.split(" ", 1)[1] == text.split(" ", 1)[1]
-    other, _ = workload.build_prompt(seed=4, index=7, nonce="abcd1234-7", input_tokens=100)
+    other = workload.build_prompt(seed=4, index=7, nonce="abcd1234-7", words=94)
     assert other != text
-    assert estimate == 100
-    assert len(text.split()) == 1 + 100 - 5  # nonce (about 5 tokens) + one word per token
+    assert len(text.split()) == 1 + 94
+
+
+def test_the_estimate_is_one_token_per_word_after_the_nonce() -> None:
+    words = workload.ESTIMATE.words_for(100)
+    assert words == 94 and workload.ESTIMATE.tokens_for(words) == 100
 
 
 def test_tiny_prompts_still_carry_one_word() -> None:
-    text, estimate = workload.build_prompt(seed=0, index=0, nonce="n", input_tokens=1)
-    assert len(text.split()) == 2 and estimate == 2
+    assert workload.ESTIMATE.words_for(1) == 1
+    assert len(workload.build_prompt(seed=0, index=0, nonce="n", words=0).split()) == 2
 
 
 def test_request_body_asks_for_a_measurable_stream() -> None:
@@ -368,6 +372,7 @@ def config(**overrides: object) -> bench.BenchConfig:
         "input_tokens": 20,
         "output_tokens": 4,
         "warmup": 0,
+        "size_prompts": False,  # the sizing probes have tests of their own (test_prompt_sizing.py)
     }
     base.update(overrides)
     return bench.BenchConfig.model_validate(base)

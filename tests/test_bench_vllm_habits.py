@@ -202,7 +202,8 @@ def test_the_stream_client_sends_authorization_only_with_a_key(key: str | None, 
     config = workload.BenchConfig(url="http://infer:8000", model="m", concurrency=1, requests=2, warmup=0)
     report = asyncio.run(bench.run_async(config, transport=httpx.MockTransport(_answer), api_key=key))
     assert report.completed == 2
-    assert [h.get("authorization") for h in seen_headers] == [expected, expected]
+    # The measured requests and the prompt-sizing probes before them alike.
+    assert len(seen_headers) > 2 and {h.get("authorization") for h in seen_headers} == {expected}
     assert KEY not in report.to_json()
 
 

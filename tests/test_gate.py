@@ -117,8 +117,8 @@ def test_verdicts_are_ordered_and_the_worst_wins() -> None:
 def test_a_healthy_run_passes_every_check() -> None:
     result = gate.evaluate(report(), SLO, min_samples=16)
     assert result.verdict is gate.Verdict.PASS
-    assert [c.metric for c in result.checks] == ["completed", "client_saturated", *SLO]
-    assert result.summary() == "pass: all 6 checks passed"
+    assert [c.metric for c in result.checks] == ["completed", "client_saturated", "prompt_tokens", *SLO]
+    assert result.summary() == "pass: all 7 checks passed"
     assert row(result, "p95_ttft_ms").measured == 900.0
 
 

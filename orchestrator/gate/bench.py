@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 import pydantic
 
 from orchestrator import errors, http
-from orchestrator.gate import bench_report, metrics, stream, workload
+from orchestrator.gate import bench_report, calibrate, metrics, stream, workload
 
 if TYPE_CHECKING:
     import multiprocessing.synchronize
@@ -144,19 +144,24 @@ async def _probe_loop(lags: list[float], stop: asyncio.Event) -> None:
 
 
 async def _warm_up(
-    client: http.StreamClient, config: BenchConfig, shard: _Shard, run_id: str, outcomes: list[metrics.RequestSample]
+    client: http.StreamClient,
+    config: BenchConfig,
+    shard: _Shard,
+    run_id: str,
+    sizing: workload.PromptSizing,
+    outcomes: list[metrics.RequestSample],
 ) -> str | None:
     """Send the shard's warm-up requests into ``outcomes``; return why measuring is pointless, or None."""
     if shard.warmup == 0:
         return None
     pending = iter(range(shard.warmup))
+    words = sizing.words_for(config.input_tokens)
 
     async def worker() -> None:
         for i in pending:
-            prompt, estimate = workload.build_prompt(
-                config.seed, -1 - i, f"{run_id}-w{shard.index}-{i}", config.input_tokens
-            )
+            prompt = workload.build_prompt(config.seed, -1 - i, f"{run_id}-w{shard.index}-{i}", words)
             body = workload.request_body(config, prompt)
+            estimate = sizing.tokens_for(words)
             outcomes.append(await stream.send_one(client, body, estimate, config.timeout, config.endpoint))
 
     await asyncio.gather(*(worker() for _ in range(min(shard.warmup, shard.concurrency))))
@@ -166,7 +171,12 @@ async def _warm_up(
 
 
 async def _measure(
-    client: http.StreamClient, config: BenchConfig, shard: _Shard, run_id: str, started: float
+    client: http.StreamClient,
+    config: BenchConfig,
+    shard: _Shard,
+    run_id: str,
+    sizing: workload.PromptSizing,
+    started: float,
 ) -> tuple[list[metrics.RequestSample], list[float], float | None]:
     """The measured phase: returns samples, dispatch lags and (closed loop) the end of steady state."""
     clock = client.clock
@@ -177,8 +187,11 @@ async def _measure(
         iter(shard.request_indices) if shard.request_indices is not None else itertools.count(shard.index, shard.stride)
     )
 
+    words = sizing.words_for(config.input_tokens)
+    estimate = sizing.tokens_for(words)
+
     async def one(index: int) -> None:
-        prompt, estimate = workload.build_prompt(config.seed, index, f"{run_id}-{index}", config.input_tokens)
+        prompt = workload.build_prompt(config.seed, index, f"{run_id}-{index}", words)
         body = workload.request_body(config, prompt)
         samples.append(await stream.send_one(client, body, estimate, config.timeout, config.endpoint))
 
@@ -222,6 +235,7 @@ async def _run_shard(
     config: BenchConfig,
     shard: _Shard,
     run_id: str,
+    sizing: workload.PromptSizing,
     *,
     clock: Callable[[], float] = time.perf_counter,
     transport: Any = None,
@@ -234,7 +248,7 @@ async def _run_shard(
     )
     async with client:
         began, warm = clock(), list[metrics.RequestSample]()
-        aborted = await _warm_up(client, config, shard, run_id, warm)
+        aborted = await _warm_up(client, config, shard, run_id, sizing, warm)
         if barrier is not None:
             barrier()  # every shard starts measuring at the same moment
         started = clock()
@@ -244,7 +258,7 @@ async def _run_shard(
         stop = asyncio.Event()
         lags: list[float] = []
         probe = asyncio.create_task(_probe_loop(lags, stop))
-        samples, dispatch_lags, steady_until = await _measure(client, config, shard, run_id, started)
+        samples, dispatch_lags, steady_until = await _measure(client, config, shard, run_id, sizing, started)
         # Like vLLM: the run ends when the last answer is complete, not at its last token.
         ended = clock()
         cpu_seconds = time.process_time() - cpu_before
@@ -283,6 +297,7 @@ def _shard_process(
     config_json: str,
     shard: _Shard,
     run_id: str,
+    sizing: workload.PromptSizing,
     barrier: multiprocessing.synchronize.Barrier,
     results: multiprocessing.Queue[tuple[int, _ShardResult]],
     api_key: str | None,
@@ -292,10 +307,12 @@ def _shard_process(
     def wait() -> None:
         barrier.wait(_SHARD_START_TIMEOUT_S)
 
-    results.put((shard.index, asyncio.run(_run_shard(config, shard, run_id, barrier=wait, api_key=api_key))))
+    results.put((shard.index, asyncio.run(_run_shard(config, shard, run_id, sizing, barrier=wait, api_key=api_key))))
 
 
-def _run_sharded(config: BenchConfig, shards: Sequence[_Shard], run_id: str, api_key: str | None) -> list[_ShardResult]:
+def _run_sharded(
+    config: BenchConfig, shards: Sequence[_Shard], run_id: str, sizing: workload.PromptSizing, api_key: str | None
+) -> list[_ShardResult]:
     # spawn, not fork: the caller may hold threads (Kubernetes watches) that fork would copy half-done.
     ctx = multiprocessing.get_context("spawn")
     barrier = ctx.Barrier(len(shards))
@@ -304,7 +321,7 @@ def _run_sharded(config: BenchConfig, shards: Sequence[_Shard], run_id: str, api
         ctx.Process(
             target=_shard_process,
             # The key goes to the child as an argument, never in the config, which reports keep.
-            args=(config.model_dump_json(), shard, run_id, barrier, results, api_key),
+            args=(config.model_dump_json(), shard, run_id, sizing, barrier, results, api_key),
             name=f"deployctl-bench-{shard.index}",
             daemon=True,
         )
@@ -354,9 +371,29 @@ async def run_async(
     """
     run_id = run_id or secrets.token_hex(4)
     [shard] = _plan(config.model_copy(update={"processes": 1}))
+    sizing = await _sizing(config, run_id, clock=clock, transport=transport, api_key=api_key)
     wall = datetime.datetime.now(datetime.timezone.utc)
-    result = await _run_shard(config, shard, run_id, clock=clock, transport=transport, api_key=api_key)
-    return _report(config, run_id, wall, [result])
+    result = await _run_shard(config, shard, run_id, sizing, clock=clock, transport=transport, api_key=api_key)
+    return _report(config, run_id, wall, [result], sizing)
+
+
+async def _sizing(
+    config: BenchConfig,
+    run_id: str,
+    *,
+    clock: Callable[[], float] = time.perf_counter,
+    transport: Any = None,
+    api_key: str | None = None,
+) -> workload.PromptSizing:
+    """How many words make ``config.input_tokens`` on this server (:mod:`orchestrator.gate.calibrate`)."""
+    if not config.size_prompts:
+        return workload.ESTIMATE
+    read_timeout = min(config.stall_timeout, config.timeout)
+    client = http.StreamClient(
+        config.url, config.concurrency, read_timeout=read_timeout, clock=clock, transport=transport, api_key=api_key
+    )
+    async with client:
+        return await calibrate.calibrate(client, config, run_id)
 
 
 def run(config: BenchConfig, *, api_key: str | None = None) -> BenchReport:
@@ -370,11 +407,18 @@ def run(config: BenchConfig, *, api_key: str | None = None) -> BenchReport:
     if len(shards) == 1:
         return asyncio.run(run_async(config, api_key=api_key))
     run_id = secrets.token_hex(4)
+    sizing = asyncio.run(_sizing(config, run_id, api_key=api_key))
     wall = datetime.datetime.now(datetime.timezone.utc)
-    return _report(config, run_id, wall, _run_sharded(config, shards, run_id, api_key))
+    return _report(config, run_id, wall, _run_sharded(config, shards, run_id, sizing, api_key), sizing)
 
 
-def _report(config: BenchConfig, run_id: str, wall: datetime.datetime, results: Sequence[_ShardResult]) -> BenchReport:
+def _report(
+    config: BenchConfig,
+    run_id: str,
+    wall: datetime.datetime,
+    results: Sequence[_ShardResult],
+    sizing: workload.PromptSizing,
+) -> BenchReport:
     samples = [s for r in results for s in r.samples]
     started = min(r.started for r in results)
     duration = max(r.ended for r in results) - started
@@ -416,4 +460,6 @@ def _report(config: BenchConfig, run_id: str, wall: datetime.datetime, results: 
         tpots_ms=[tpot * 1000 for s in done if (tpot := s.tpot) is not None],
         e2els_ms=[(s.latency or 0.0) * 1000 for s in done],
         output_lens=[s.output_tokens for s in done],
+        prompt_sizing=sizing.to_json(),
+        mean_prompt_tokens_sent=metrics.mean_prompt_tokens(samples),
     )

@@ -17,6 +17,9 @@ from orchestrator import errors
 from orchestrator.gate import metrics, workload
 
 ERROR_EXAMPLES = 10
+# How far the prompts the server counted may stray from the length asked for before latencies
+# measured at that length no longer judge the one asked for.
+PROMPT_LENGTH_TOLERANCE = 0.10
 
 
 class BenchReport(metrics.Metrics):
@@ -41,6 +44,14 @@ class BenchReport(metrics.Metrics):
     tpots_ms: list[float] = pydantic.Field(default_factory=list, description="TPOT of each completed request.")
     e2els_ms: list[float] = pydantic.Field(default_factory=list, description="E2EL of each completed request.")
     output_lens: list[int] = pydantic.Field(default_factory=list, description="Output tokens per completed request.")
+    prompt_sizing: dict[str, object] | None = pydantic.Field(
+        default=None,
+        description="How prompts were sized: overhead_tokens, tokens_per_word and their source (server usage or "
+        "the one-token-per-word estimate). None in reports made before sizing was measured.",
+    )
+    mean_prompt_tokens_sent: float | None = pydantic.Field(
+        default=None, description="Mean usage.prompt_tokens of the measured requests; None when the server sent none."
+    )
 
     def to_json(self) -> str:
         return self.model_dump_json(indent=2)
@@ -66,6 +77,21 @@ class BenchReport(metrics.Metrics):
             first = self.errors[0] if self.errors else "no message"
             return f"{transport} of {attempted} requests could not connect or timed out (e.g. {first})"
         return None
+
+    def prompt_length_problem(self) -> str | None:
+        """Why the prompts sent were not the length asked for (more than 10 % off), or None.
+
+        Unknown lengths (no ``usage`` from the server) are no problem here: the report's
+        ``token_count_source`` already says the counts are estimates.
+        """
+        sent, asked = self.mean_prompt_tokens_sent, self.config.input_tokens
+        if sent is None or abs(sent / asked - 1) <= PROMPT_LENGTH_TOLERANCE:
+            return None
+        how = (self.prompt_sizing or {}).get("source", "unknown sizing")
+        return (
+            f"prompts averaged {sent:.0f} tokens by the server's usage where {asked} were asked "
+            f"({(sent / asked - 1) * 100:+.0f}%, more than {PROMPT_LENGTH_TOLERANCE:.0%} off; sized by {how})"
+        )
 
     def failure_reason(self, max_error_rate: float) -> str | None:
         """Why this run does not pass as a smoke test, in one line, or None.
@@ -136,6 +162,7 @@ def format_table(report: BenchReport) -> str:
         f"{'Error rate:':<44} {_fmt(report.error_rate, '.4f')}",
         f"{'Median decode speed per stream (tok/s):':<44} {_fmt(report.median_decode_tok_s_per_stream)}",
         f"{'Token counts from:':<44} {report.token_count_source}",
+        f"{'Prompt tokens asked / sent (mean):':<44} {prompt_lengths(report)}",
         f"{'Client CPU (s):':<44} {report.client_cpu_seconds:.2f} in {report.client.processes} process(es)",
         f"{'Client saturated:':<44} {'yes' if report.client.saturated else 'no'}",
     ]
@@ -144,10 +171,19 @@ def format_table(report: BenchReport) -> str:
         kinds = ", ".join(f"{kind} {n}" for kind, n in sorted(report.failures.items()))
         lines.append(f"{'Failures:':<44} {kinds}")
         lines += [f"  - {message}" for message in report.errors[:3]]
+    if (problem := report.prompt_length_problem()) is not None:
+        lines.append(f"{'Prompt length:':<44} inconclusive: {problem}")
     if report.aborted:
         lines.append(f"{'Aborted:':<44} {report.aborted}")
     lines.append("=" * 60)
     return "\n".join(lines)
+
+
+def prompt_lengths(report: BenchReport) -> str:
+    """ "512 / 509.3 (sized by ...)": the length asked for, the server's mean count, and the sizing."""
+    sent = "n/a (no usage)" if report.mean_prompt_tokens_sent is None else f"{report.mean_prompt_tokens_sent:.1f}"
+    how = (report.prompt_sizing or {}).get("source")
+    return f"{report.config.input_tokens} / {sent}" + (f" (sized by {how})" if how else "")
 
 
 def save(report: BenchReport, path: str | os.PathLike[str]) -> tuple[pathlib.Path, pathlib.Path]:
@@ -185,6 +221,7 @@ def render_html(report: BenchReport) -> str:
         ("request throughput (req/s)", _fmt(report.request_throughput)),
         ("error rate", _fmt(report.error_rate, ".4f")),
         ("token counts from", report.token_count_source),
+        ("prompt tokens asked / sent (mean)", prompt_lengths(report)),
         ("client CPU (s)", f"{report.client_cpu_seconds:.2f} in {report.client.processes} process(es)"),
         ("client saturated", "; ".join(report.client.reasons) or "no"),
     ]

@@ -216,6 +216,12 @@ def compute(samples: Sequence[RequestSample], duration: float) -> Metrics:
     )
 
 
+def mean_prompt_tokens(samples: Sequence[RequestSample]) -> float | None:
+    """Mean ``usage.prompt_tokens`` of the samples whose server counted them; None when none did."""
+    counted = [s.prompt_tokens for s in samples if s.prompt_tokens is not None]
+    return math.fsum(counted) / len(counted) if counted else None
+
+
 def peak_concurrency(done: Sequence[RequestSample]) -> int:
     """Most requests in flight at once, over half-open intervals [send, last token)."""
     events: list[tuple[float, int]] = []

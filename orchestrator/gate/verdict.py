@@ -5,7 +5,8 @@ over the metric names of :mod:`orchestrator.gate.metrics`. Verdicts are ordered 
 wins (argo-rollouts' rule): Pass < Inconclusive < Error < Fail.
 
 * Inconclusive: the numbers exist but cannot be trusted to judge the server: too few samples,
-  or the client was the bottleneck. The release is held, neither promoted nor rolled back.
+  the client was the bottleneck, or the prompts were not the length asked for.
+  The release is held, neither promoted nor rolled back.
 * Error: nothing was measured (refused connections, timeouts); the caller retries a few times.
 * Fail: an SLO was missed, or a gated metric regressed past ``max_regression_pct`` against the
   previous release's stored report. Fail rolls back.
@@ -74,6 +75,7 @@ class BenchFacts(TypedDict, total=False):
     config: dict[str, object]
     client: dict[str, object]
     token_count_source: str
+    prompt_tokens: dict[str, object]
     failures: dict[str, int]
     errors: list[str]
 
@@ -151,7 +153,7 @@ def evaluate(
         return GateReport(Verdict.ERROR, tuple(rows), measured, facts)
 
     distrust = _distrust(report, min_samples)
-    rows = [_samples_row(report, min_samples), _client_row(report)]
+    rows = [_samples_row(report, min_samples), _client_row(report), _prompt_length_row(report)]
     previous = _previous_metrics(previous_report)
     previous_note = _previous_note(previous_report)
     for metric, condition in conditions.items():
@@ -177,6 +179,7 @@ def _distrust(report: bench_report.BenchReport, min_samples: int) -> dict[str, s
     """Metric → why its value cannot decide the verdict; missing metrics are trusted."""
     reasons: dict[str, str] = {}
     attempted = report.completed + report.failed
+    misfit = report.prompt_length_problem()
     for name in METRIC_NAMES:
         if name == "error_rate":
             # A client that cannot keep up slows requests down but does not make them fail.
@@ -186,6 +189,9 @@ def _distrust(report: bench_report.BenchReport, min_samples: int) -> dict[str, s
             reasons[name] = f"only {report.completed} requests completed, fewer than min_samples={min_samples}"
         elif report.client.saturated:
             reasons[name] = "client-bound run: " + "; ".join(report.client.reasons)
+        elif misfit is not None:
+            # A failed request fails at any length; a latency belongs to the length it was measured at.
+            reasons[name] = misfit
     return reasons
 
 
@@ -216,6 +222,18 @@ def _client_row(report: bench_report.BenchReport) -> Check:
         Verdict.INCONCLUSIVE,
         "the client, not the server, may be what was measured: " + "; ".join(load.reasons),
     )
+
+
+def _prompt_length_row(report: bench_report.BenchReport) -> Check:
+    asked = report.config.input_tokens
+    condition = f"{asked}±{bench_report.PROMPT_LENGTH_TOLERANCE:.0%}"
+    sent = report.mean_prompt_tokens_sent
+    if sent is None:
+        return Check("prompt_tokens", condition, None, Verdict.PASS, "not compared: the server sent no usage")
+    problem = report.prompt_length_problem()
+    if problem is not None:
+        return Check("prompt_tokens", condition, sent, Verdict.INCONCLUSIVE, problem)
+    return Check("prompt_tokens", condition, sent, Verdict.PASS, f"prompts averaged {sent:.0f} tokens")
 
 
 def _slo_row(
@@ -318,6 +336,11 @@ def _bench_facts(report: bench_report.BenchReport) -> BenchFacts:
         "config": report.config.model_dump(),
         "client": report.client.model_dump(),
         "token_count_source": report.token_count_source,
+        "prompt_tokens": {
+            "asked": report.config.input_tokens,
+            "sent_mean": report.mean_prompt_tokens_sent,
+            "sizing": report.prompt_sizing,
+        },
         "failures": report.failures,
         "errors": report.errors,
     }

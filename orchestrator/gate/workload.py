@@ -2,13 +2,16 @@
 
 Every prompt starts with a nonce unique to the run and the request, so neither the prefix cache
 nor a previous run's cache can serve any of it, followed by words drawn deterministically (from
-the seed and the request number) from a fixed list of common English words, each about one token
-in Llama/GPT-style BPE vocabularies. No tokenizer is needed: the server's ``usage`` gives the
-true counts, and docs/benchmark.md says how close the estimate is.
+the seed and the request number) from a fixed list of common English words. How many words make
+the requested length depends on the model's tokenizer: a :class:`PromptSizing` says it, measured
+from the server's own ``usage.prompt_tokens`` (:mod:`orchestrator.gate.calibrate`), so no tokenizer
+is needed on the client. Without a measurement the estimate is one token per word, which holds
+for Llama/GPT-style BPE vocabularies and can be several times off for others.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -43,7 +46,40 @@ country father let night following picture being study second eyes soon times st
 days ever paper hard near sentence better best across during today others however sure means knew
 try told young miles sun ways
 """
-_WORDS = tuple(_WORD_TEXT.split())
+WORDS = tuple(_WORD_TEXT.split())
+
+
+@dataclasses.dataclass(frozen=True)
+class PromptSizing:
+    """How a request's prompt tokens grow with its words: ``overhead + tokens_per_word × words``.
+
+    ``overhead`` is what a request costs with no words at all: the nonce, the chat template, the
+    BOS token. ``source`` says where the two numbers come from, for the report.
+    """
+
+    overhead_tokens: float
+    tokens_per_word: float
+    source: str
+
+    def words_for(self, input_tokens: int) -> int:
+        """Words that make a prompt of about ``input_tokens`` tokens (at least one)."""
+        return max(1, round((input_tokens - self.overhead_tokens) / self.tokens_per_word))
+
+    def tokens_for(self, words: int) -> int:
+        """The expected prompt tokens of a prompt of ``words`` words."""
+        return max(1, round(self.overhead_tokens + self.tokens_per_word * words))
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "overhead_tokens": round(self.overhead_tokens, 2),
+            "tokens_per_word": round(self.tokens_per_word, 4),
+            "source": self.source,
+        }
+
+
+# Hex digits and dashes split into short BPE pieces: about one token per two characters of the
+# nonce ("1a2b3c4d-17"), and each word about one token.
+ESTIMATE = PromptSizing(overhead_tokens=6.0, tokens_per_word=1.0, source="estimate: one token per word")
 
 
 class BenchConfig(pydantic.BaseModel):
@@ -69,10 +105,17 @@ class BenchConfig(pydantic.BaseModel):
         description="Measured requests; None means unbounded, which needs duration. With duration, a cap.",
     )
     input_tokens: int = pydantic.Field(
-        default=512, ge=1, description="Prompt length in tokens (estimated: one per word; usage tells the truth)."
+        default=512,
+        ge=1,
+        description="Prompt length in tokens, as the server counts them (sized from its usage.prompt_tokens).",
     )
     output_tokens: int = pydantic.Field(
         default=256, ge=1, description="max_tokens, with ignore_eos so every request decodes exactly this many."
+    )
+    size_prompts: bool = pydantic.Field(
+        default=True,
+        description="Before measuring, ask the server how many tokens the words make (a few one-token "
+        "requests, orchestrator.gate.calibrate); False sizes prompts at one token per word.",
     )
     warmup: int = pydantic.Field(
         default=8, ge=0, description="Unmeasured requests first: they open connections and warm server caches."
@@ -120,34 +163,31 @@ class BenchConfig(pydantic.BaseModel):
         return max(1, min(wanted, os.cpu_count() or 1))
 
 
-def build_prompt(seed: int, index: int, nonce: str, input_tokens: int) -> tuple[str, int]:
-    """The prompt of request ``index`` and its estimated token count.
+def build_prompt(seed: int, index: int, nonce: str, words: int) -> str:
+    """The prompt of request ``index``: the nonce, then ``words`` words.
 
     The nonce comes first so that no two prompts share even one KV-cache block; the rest is
     the same for a given (seed, index), so runs are comparable.
     """
-    words = max(1, input_tokens - _estimate_tokens(nonce))
     rng = random.Random(f"{seed}:{index}")
-    text = nonce + " " + " ".join(rng.choices(_WORDS, k=words))
-    return text, words + _estimate_tokens(nonce)
+    return nonce + " " + " ".join(rng.choices(WORDS, k=max(1, words)))
 
 
-def _estimate_tokens(nonce: str) -> int:
-    # Hex digits and dashes split into short BPE pieces: about one token per two characters.
-    return max(1, math.ceil(len(nonce) / 2))
+def request_body(config: BenchConfig, prompt: str, output_tokens: int | None = None) -> bytes:
+    """The JSON body of one streaming chat (or, for /v1/completions, plain prompt) request.
 
-
-def request_body(config: BenchConfig, prompt: str) -> bytes:
-    """The JSON body of one streaming chat (or, for /v1/completions, plain prompt) request."""
+    ``output_tokens`` replaces the configured output length (the sizing probes ask for one token).
+    """
+    limit = config.output_tokens if output_tokens is None else output_tokens
     if config.endpoint == COMPLETIONS_PATH:
         # The legacy completions API has max_tokens only (max_completion_tokens is chat's).
-        shaped: dict[str, object] = {"prompt": prompt, "max_tokens": config.output_tokens}
+        shaped: dict[str, object] = {"prompt": prompt, "max_tokens": limit}
     else:
         shaped = {
             "messages": [{"role": "user", "content": prompt}],
             # The engine's names for the output limit: older servers read max_tokens, newer ones
             # max_completion_tokens, and TGI takes either but refuses both (a duplicate field).
-            **dict.fromkeys(engines.get(config.engine).output_limit_fields, config.output_tokens),
+            **dict.fromkeys(engines.get(config.engine).output_limit_fields, limit),
         }
     return json.dumps(
         {
@@ -156,6 +196,7 @@ def request_body(config: BenchConfig, prompt: str) -> bytes:
             "ignore_eos": True,
             "temperature": 0,
             "stream": True,
+            # Always asked for: SGLang's default is false, and the server's count is the truth.
             "stream_options": {"include_usage": True},
         }
     ).encode()

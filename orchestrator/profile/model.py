@@ -111,7 +111,13 @@ class SmokeSpec(_Model):
     concurrency: int = Field(default=16, ge=1, le=4096, description="Streams kept in flight.")
     requests: int = Field(default=64, ge=1, le=100_000, description="Measured requests.")
     warmup: int = Field(default=4, ge=0, le=10_000, description="Unmeasured warm-up requests sent first.")
-    inputTokens: int = Field(default=512, ge=1, le=1_000_000, description="Approximate prompt length in tokens.")
+    inputTokens: int = Field(
+        default=512,
+        ge=1,
+        le=1_000_000,
+        description="Prompt length in tokens as the server counts them (chat template included): prompts are "
+        "sized from the server's usage, and a run whose prompts average more than 10% off is inconclusive.",
+    )
     outputTokens: int = Field(default=128, ge=2, le=1_000_000, description="Tokens generated per request.")
     timeoutSeconds: int = Field(default=600, ge=1, description="Upper bound for the whole smoke run.")
     minSamples: int = Field(
