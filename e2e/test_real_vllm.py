@@ -19,6 +19,7 @@ import json
 import os
 import secrets
 import shutil
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -30,6 +31,9 @@ import localcluster
 import pytest
 import server as realvllm  # e2e/realvllm, put on the path by conftest: stdlib only, runs in any venv
 from deployhelpers import ReleaseEnv, create_models_volume, deployctl, profile, write_profile
+
+from orchestrator.engines import metric_table
+from orchestrator.gate import exposition
 
 pytestmark = pytest.mark.skipif(
     not realvllm.available() and os.environ.get("DEPLOYCTL_REAL_VLLM") != "required",
@@ -213,6 +217,28 @@ def test_bench_sends_the_prompt_lengths_it_claims_by_the_real_servers_count(real
         sent = report["total_input_tokens"] / report["completed"]
         assert abs(sent / 128 - 1) <= 0.10, (endpoint, sent, sizing)
         assert report["mean_prompt_tokens_sent"] == pytest.approx(sent)
+
+
+def test_the_shipped_metric_table_is_what_the_real_server_serves(real_vllm: tuple[int, Path]) -> None:
+    # Dashboards, alerts and the canary ask the table for names; the server is the truth.
+    port, _ = real_vllm
+    base = f"http://{realvllm.HOST}:{port}"
+    with urllib.request.urlopen(f"{base}/version", timeout=30) as answer:
+        version = json.loads(answer.read())["version"]
+    table = metric_table.table("vllm", version)
+    headers = {"Authorization": f"Bearer {API_KEY}"}
+    with urllib.request.urlopen(urllib.request.Request(f"{base}{table.path}", headers=headers), timeout=30) as answer:
+        served = exposition.parse(answer.read().decode())
+    kinds = {family.name: family.kind for family in served.values()}
+    for name, family in table.families.items():
+        # prometheus_client names a counter family with or without its _total, by version.
+        kind = kinds.get(name) or kinds.get(name.removesuffix("_total"))
+        assert kind == family.kind, (name, kind, family.kind)
+    for role in metric_table.ROLES:
+        series = table.role(role)
+        assert series is not None, role
+        labels = next(f for f in served.values() if series.family.name in (f.name, f.name + "_total")).label_names()
+        assert set(series.family.labels) <= set(labels), (role, labels)
 
 
 def test_an_slo_the_real_server_cannot_meet_is_rolled_back_with_the_chain_intact(real_env: ReleaseEnv) -> None:
