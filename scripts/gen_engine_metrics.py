@@ -109,6 +109,8 @@ def main() -> int:
     parser.add_argument("--like", nargs=2, metavar=("FROM", "VERSION"))
     parser.add_argument("--source", default="")
     args = parser.parse_args()
+    if args.like and not args.source:
+        parser.error("--like needs --source: say why the copied names are known to hold for that version")
     if args.like:
         base, version = args.like
         table = json.loads((OUT / f"{base}.json").read_text(encoding="utf-8"))

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from orchestrator.engines import flags
+from orchestrator.engines import flag_table, flags
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 DATA = ROOT / "orchestrator" / "data" / "engine_flags"
@@ -325,7 +325,7 @@ def test_unknown_version_names_the_known_ones_and_the_generator() -> None:
 
 
 def test_known_versions_sort_numerically() -> None:
-    assert sorted(["0.10.0", "0.9.1", "main-00209af"], key=flags._version_key) == ["main-00209af", "0.9.1", "0.10.0"]
+    assert sorted(["0.10.0", "0.9.1", "main-00209af"], key=flag_table.version_key) == ["main-00209af", "0.9.1", "0.10.0"]
 
 
 # --- check() -------------------------------------------------------------------------------------------------

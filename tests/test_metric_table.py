@@ -168,3 +168,21 @@ def test_escaped_label_values_are_read() -> None:
 def test_text_that_is_not_the_format_names_the_line(text: str, words: str) -> None:
     with pytest.raises(exposition.ExpositionError, match=re.escape(words)):
         exposition.parse(text)
+
+
+def test_matchers_are_read_whatever_their_operator_and_value() -> None:
+    labels = metric_table.matcher_labels('err!~"validation|input",handler=~"/v1/(a,b)",status!="5xx", x="y"')
+    assert labels == ["err", "handler", "status", "x"]
+    with pytest.raises(ValueError, match="not PromQL label matchers"):
+        metric_table.matcher_labels("status=5xx")
+
+
+def test_a_commit_named_version_sorts_before_the_releases() -> None:
+    assert metric_table.versions("trtllm") == ("main-00209af",)
+    assert list(metric_table.versions("vllm")) == ["0.15.1", "0.19.0", "0.32.0", "0.33.0"]
+
+
+def test_timestamps_exemplars_and_braces_in_values_are_read() -> None:
+    text = '# TYPE h histogram\nh_bucket{le="1",path="a}b"} 5 1700000000000 # {trace_id="t"} 0.5\n'
+    (sample,) = exposition.parse(text)["h"].samples
+    assert sample.labels == {"le": "1", "path": "a}b"} and sample.value == 5

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Sequence
+from collections.abc import Callable
 
 import httpx
 import pytest
-from streamfakes import FakeClock, Step, streaming, vllm_steps
+from streamfakes import FakeClock, Script, vllm_steps
 from test_gate import SLO, report, row
 
 from orchestrator.gate import bench, bench_report, verdict, workload
@@ -30,17 +30,29 @@ def counted(request: httpx.Request) -> int:
 
 
 def run(
-    config: bench.BenchConfig, respond_usage: bool = True, seen: list[httpx.Request] | None = None
+    config: bench.BenchConfig,
+    respond_usage: bool = True,
+    seen: list[httpx.Request] | None = None,
+    refuse: Callable[[int, str], bool] = lambda number, content: False,
+    first_ttft: float = 0.1,
 ) -> bench.BenchReport:
+    """A run against the fake server; ``refuse(n, content)`` makes the n-th request (from 0) a 503."""
     clock = FakeClock()
+    count = [0]
 
-    def respond(request: httpx.Request) -> Sequence[Step]:
+    def respond(request: httpx.Request) -> httpx.Response:
         if seen is not None:
             seen.append(request)
+        number, count[0] = count[0], count[0] + 1
+        content = str(json.loads(request.content)["messages"][0]["content"])
+        if refuse(number, content):
+            return httpx.Response(503, json={"object": "error", "message": "loading"})
         limit = json.loads(request.content)["max_tokens"]
-        return vllm_steps(0.1, 0.02, limit, prompt_tokens=counted(request) if respond_usage else None)
+        usage = counted(request) if respond_usage else None
+        steps = vllm_steps(first_ttft if number == 0 else 0.1, 0.02, limit, usage)
+        return httpx.Response(200, headers={"content-type": "text/event-stream"}, stream=Script(clock, steps))
 
-    transport = streaming(clock, respond)
+    transport = httpx.MockTransport(respond)
     return asyncio.run(bench.run_async(config, clock=clock, transport=transport, run_id="r1"))
 
 
@@ -108,3 +120,47 @@ def test_within_ten_percent_the_gate_judges_and_failed_requests_fail_at_any_leng
     failing = off_length(3 * 512).model_copy(update={"failed": 30, "error_rate": 30 / 286, "p95_ttft_ms": 900.0})
     result = verdict.evaluate(failing, SLO, min_samples=16)
     assert row(result, "error_rate").verdict is verdict.Verdict.FAIL and result.verdict is verdict.Verdict.FAIL
+
+
+def test_a_refused_overhead_probe_is_sent_once_more_and_the_sizing_still_measured() -> None:
+    # A server that just turned healthy may refuse its first request.
+    result = run(config(), refuse=lambda number, _: number == 0)
+    assert result.prompt_sizing is not None and str(result.prompt_sizing["source"]).startswith("server usage")
+    assert result.prompt_length_problem() is None
+
+
+def test_a_refused_slice_leaves_the_others_to_measure_the_words() -> None:
+    result = run(config(), refuse=lambda _, content: content.startswith("r1-p3 "))
+    assert result.prompt_sizing is not None
+    assert result.prompt_sizing["source"] == "server usage.prompt_tokens of 6 probes"
+    assert result.prompt_sizing["tokens_per_word"] == pytest.approx(TOKENS_PER_WORD)
+    assert result.prompt_length_problem() is None
+
+
+def test_without_the_overhead_no_slice_is_sent_and_the_estimate_says_why() -> None:
+    seen: list[httpx.Request] = []
+    result = run(config(warmup=0), seen=seen, refuse=lambda _, content: content == "r1-p0")
+    assert result.prompt_sizing is not None and "HTTP 503" in str(result.prompt_sizing["source"])
+    probes = [r for r in seen if json.loads(r.content)["max_tokens"] == 1]
+    assert len(probes) == 2  # the overhead probe and its one retry; no slice without an overhead
+
+
+def test_the_first_token_of_a_fresh_server_is_the_first_probes(ttft: float = 3.0) -> None:
+    # Time to serving ends at the first token the server ever sent: here a sizing probe's.
+    result = run(config(), first_ttft=ttft)
+    assert result.first_token_s == pytest.approx(ttft)
+
+
+def test_counts_of_requests_are_judged_at_any_length() -> None:
+    failing = off_length(3 * 512).model_copy(update={"failed": 3})
+    result = verdict.evaluate(failing, {"failed": "<=0"}, min_samples=16)
+    assert row(result, "failed").verdict is verdict.Verdict.FAIL
+
+
+def test_a_previous_release_measured_at_another_length_is_no_baseline() -> None:
+    # A record from before sizing: 3x the asked length by its own total_input_tokens.
+    before = verdict.evaluate(report(total_input_tokens=256 * 1536), SLO, min_samples=16).to_json()
+    result = verdict.evaluate(report(), SLO, min_samples=16, previous_report=before, max_regression_pct=10)
+    compared = row(result, "p95_ttft_ms vs previous")
+    assert compared.verdict is verdict.Verdict.PASS
+    assert "not compared: the previous release's prompts averaged 1536 tokens where 512 were asked" in compared.reason

@@ -8,6 +8,7 @@ extraArgs check (``engines.extra_args``) reads, and :class:`Problem` is what the
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal, TypeAlias, TypedDict
@@ -139,3 +140,9 @@ def flag_set(data: Table, version: str | None = None) -> FlagSet:
         )
         options.update(dict.fromkeys(opt.strings, opt))
     return FlagSet(version or data["version"], frozenset(data["flags"]), frozenset(data["switches"]), options)
+
+
+def version_key(version: str) -> tuple[tuple[int, ...], str]:
+    """Numeric versions in order; a name that is no version (a commit) first."""
+    head = re.match(r"\d+(?:\.\d+)*", version)
+    return (tuple(int(p) for p in head.group().split(".")) if head else (), version)

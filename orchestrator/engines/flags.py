@@ -46,7 +46,7 @@ class _Table:
 
 def known_versions(engine: str) -> list[str]:
     """The versions of ``engine`` with a flag table, oldest first."""
-    return sorted(_files(engine), key=_version_key)
+    return sorted(_files(engine), key=flag_table.version_key)
 
 
 def flag_set(engine: str, version: str) -> FlagSet:
@@ -93,12 +93,6 @@ def _table(engine: str, version: str) -> _Table:
         raise ValueError(f"orchestrator/{_DATA_DIR}/{engine}/{version}.json is not a format-2 {engine} table")
     delimiters = {o["dest"]: o["delimiter"] for o in data["options"] if o.get("delimiter")}
     return _Table(flag_table.flag_set(data, version), data["dialect"], delimiters)
-
-
-def _version_key(version: str) -> tuple[tuple[int, ...], str]:
-    """Numeric versions in order; a name that is no version (a commit) first."""
-    head = re.match(r"\d+(?:\.\d+)*", version)
-    return (tuple(int(p) for p in head.group().split(".")) if head else (), version)
 
 
 # --- the check -----------------------------------------------------------------------------------------------

@@ -6,7 +6,7 @@ analysis asks about (time to first token, end-to-end latency, failed requests, q
 usage, ...), each naming the family, and the label matchers, that answer it on that version. Names
 move between versions (vLLM's ``time_per_output_token_seconds`` became ``inter_token_latency_seconds``,
 ``gpu_cache_usage_perc`` became ``kv_cache_usage_perc``) and differ between engines (TGI has no TTFT
-histogram), so nothing outside this module spells a metric name: it asks for a role.
+histogram), so what reads an engine's metrics asks for a role instead of spelling a name.
 
 vLLM 0.32.0's table is scraped from the real server (``scripts/gen_engine_metrics.py``); the others
 say their source in the file. :func:`problems` holds every table to its own families, and the
@@ -18,9 +18,12 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
+import re
 from collections.abc import Mapping
 from importlib import resources
 from typing import Literal
+
+from orchestrator.engines import flag_table
 
 Kind = Literal["counter", "gauge", "histogram"]
 FORMAT = 1
@@ -111,11 +114,7 @@ def versions(engine: str) -> tuple[str, ...]:
     if not root.is_dir():
         return ()
     found = [entry.name.removesuffix(".json") for entry in root.iterdir() if entry.name.endswith(".json")]
-    return tuple(sorted(found, key=_version_key))
-
-
-def _version_key(version: str) -> tuple[tuple[int, str], ...]:
-    return tuple((int(part), "") if part.isdigit() else (-1, part) for part in version.replace("-", ".").split("."))
+    return tuple(sorted(found, key=flag_table.version_key))
 
 
 @functools.cache
@@ -156,6 +155,21 @@ def parse(data: Mapping[str, object]) -> MetricTable:
     )
 
 
+_MATCHER = re.compile(r'\s*([A-Za-z_][A-Za-z0-9_]*)\s*(?:=~|!~|!=|=)\s*"(?:[^"\\]|\\.)*"\s*(?:,|$)')
+
+
+def matcher_labels(matchers: str) -> list[str]:
+    """The label names of PromQL label matchers (``a="x",b=~"y,z"``); ValueError when they are not matchers."""
+    labels, position = [], 0
+    while position < len(matchers.strip()):
+        found = _MATCHER.match(matchers, position)
+        if found is None:
+            raise ValueError(f"not PromQL label matchers: {matchers!r}")
+        labels.append(found[1])
+        position = found.end()
+    return labels
+
+
 def problems(metric_table: MetricTable) -> list[str]:
     """What is wrong with a table: a missing role, a role answered by the wrong kind, a matcher on no label."""
     found: list[str] = []
@@ -168,8 +182,7 @@ def problems(metric_table: MetricTable) -> list[str]:
             continue
         if series.family.kind != role.kind:
             found.append(f"role {name} needs a {role.kind}, {series.family.name} is a {series.family.kind}")
-        for matcher in filter(None, series.matchers.split(",")):
-            label = matcher.split("=", 1)[0].rstrip("!~").strip()
+        for label in matcher_labels(series.matchers):
             if label not in series.family.labels:
                 found.append(f"role {name} matches on {label!r}, which {series.family.name} does not carry")
     for name in metric_table.roles:

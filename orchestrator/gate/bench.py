@@ -132,7 +132,7 @@ class _ShardResult:
     dispatch_lags: list[float]
     steady_until: float | None  # closed loop: when the first stream slot found no work left
     aborted: str | None = None
-    first_token: float | None = None  # seconds from the shard's start, warm-up included, to its first token
+    first_token_at: float | None = None  # on the run's clock: the first token this shard's requests received
 
 
 async def _probe_loop(lags: list[float], stop: asyncio.Event) -> None:
@@ -156,12 +156,12 @@ async def _warm_up(
         return None
     pending = iter(range(shard.warmup))
     words = sizing.words_for(config.input_tokens)
+    estimate = sizing.tokens_for(words)
 
     async def worker() -> None:
         for i in pending:
             prompt = workload.build_prompt(config.seed, -1 - i, f"{run_id}-w{shard.index}-{i}", words)
             body = workload.request_body(config, prompt)
-            estimate = sizing.tokens_for(words)
             outcomes.append(await stream.send_one(client, body, estimate, config.timeout, config.endpoint))
 
     await asyncio.gather(*(worker() for _ in range(min(shard.warmup, shard.concurrency))))
@@ -247,13 +247,13 @@ async def _run_shard(
         config.url, shard.concurrency, read_timeout=read_timeout, clock=clock, transport=transport, api_key=api_key
     )
     async with client:
-        began, warm = clock(), list[metrics.RequestSample]()
+        warm = list[metrics.RequestSample]()
         aborted = await _warm_up(client, config, shard, run_id, sizing, warm)
         if barrier is not None:
             barrier()  # every shard starts measuring at the same moment
         started = clock()
         if aborted:
-            return _ShardResult([], started, started, 0.0, [], [], None, aborted, _first_token(warm, began))
+            return _ShardResult([], started, started, 0.0, [], [], None, aborted, _first_token_at(warm))
         cpu_before = time.process_time()
         stop = asyncio.Event()
         lags: list[float] = []
@@ -264,14 +264,14 @@ async def _run_shard(
         cpu_seconds = time.process_time() - cpu_before
         stop.set()
         await probe
-    first = _first_token([*warm, *samples], began)
+    first = _first_token_at([*warm, *samples])
     return _ShardResult(samples, started, ended, cpu_seconds, lags, dispatch_lags, steady_until, None, first)
 
 
-def _first_token(samples: list[metrics.RequestSample], began: float) -> float | None:
-    """Seconds from ``began`` to the first output token any of ``samples`` received; None without one."""
+def _first_token_at(samples: list[metrics.RequestSample]) -> float | None:
+    """When the first output token any of ``samples`` received arrived (the run's clock); None without one."""
     firsts = [s.start + s.ttft for s in samples if s.ttft is not None]
-    return max(0.0, min(firsts) - began) if firsts else None
+    return min(firsts) if firsts else None
 
 
 def _plan(config: BenchConfig) -> list[_Shard]:
@@ -371,10 +371,11 @@ async def run_async(
     """
     run_id = run_id or secrets.token_hex(4)
     [shard] = _plan(config.model_copy(update={"processes": 1}))
-    sizing = await _sizing(config, run_id, clock=clock, transport=transport, api_key=api_key)
+    began = clock()
+    sized = await _sizing(config, run_id, clock=clock, transport=transport, api_key=api_key)
     wall = datetime.datetime.now(datetime.timezone.utc)
-    result = await _run_shard(config, shard, run_id, sizing, clock=clock, transport=transport, api_key=api_key)
-    return _report(config, run_id, wall, [result], sizing)
+    result = await _run_shard(config, shard, run_id, sized.sizing, clock=clock, transport=transport, api_key=api_key)
+    return _report(config, run_id, wall, [result], sized, began)
 
 
 async def _sizing(
@@ -384,10 +385,10 @@ async def _sizing(
     clock: Callable[[], float] = time.perf_counter,
     transport: Any = None,
     api_key: str | None = None,
-) -> workload.PromptSizing:
+) -> calibrate.Sizing:
     """How many words make ``config.input_tokens`` on this server (:mod:`orchestrator.gate.calibrate`)."""
     if not config.size_prompts:
-        return workload.ESTIMATE
+        return calibrate.Sizing(workload.ESTIMATE, [])
     read_timeout = min(config.stall_timeout, config.timeout)
     client = http.StreamClient(
         config.url, config.concurrency, read_timeout=read_timeout, clock=clock, transport=transport, api_key=api_key
@@ -407,9 +408,12 @@ def run(config: BenchConfig, *, api_key: str | None = None) -> BenchReport:
     if len(shards) == 1:
         return asyncio.run(run_async(config, api_key=api_key))
     run_id = secrets.token_hex(4)
-    sizing = asyncio.run(_sizing(config, run_id, api_key=api_key))
+    # perf_counter is the system's monotonic clock: the shards' samples are on it too.
+    began = time.perf_counter()
+    sized = asyncio.run(_sizing(config, run_id, api_key=api_key))
     wall = datetime.datetime.now(datetime.timezone.utc)
-    return _report(config, run_id, wall, _run_sharded(config, shards, run_id, sizing, api_key), sizing)
+    results = _run_sharded(config, shards, run_id, sized.sizing, api_key)
+    return _report(config, run_id, wall, results, sized, began)
 
 
 def _report(
@@ -417,7 +421,8 @@ def _report(
     run_id: str,
     wall: datetime.datetime,
     results: Sequence[_ShardResult],
-    sizing: workload.PromptSizing,
+    sized: calibrate.Sizing,
+    began: float,
 ) -> BenchReport:
     samples = [s for r in results for s in r.samples]
     started = min(r.started for r in results)
@@ -444,9 +449,12 @@ def _report(
                 examples.append(s.error)
     done = [s for s in samples if s.success]
     aborted = next((r.aborted for r in results if r.aborted), None)
-    firsts = [r.first_token for r in results if r.first_token is not None]
+    # The first token the server ever sent in this run, sizing probes included: on a server that
+    # just became healthy that is its first token served (time to serving ends there).
+    probe_first = _first_token_at(sized.probes)
+    firsts = [t for t in (probe_first, *(r.first_token_at for r in results)) if t is not None]
     return BenchReport(
-        first_token_s=min(firsts) if firsts else None,
+        first_token_s=max(0.0, min(firsts) - began) if firsts else None,
         **computed.model_dump(),
         config=config,
         started_at=wall.isoformat(timespec="seconds"),
@@ -460,6 +468,6 @@ def _report(
         tpots_ms=[tpot * 1000 for s in done if (tpot := s.tpot) is not None],
         e2els_ms=[(s.latency or 0.0) * 1000 for s in done],
         output_lens=[s.output_tokens for s in done],
-        prompt_sizing=sizing.to_json(),
+        prompt_sizing=sized.sizing.to_json(),
         mean_prompt_tokens_sent=metrics.mean_prompt_tokens(samples),
     )

@@ -5,7 +5,7 @@ chat template adds tokens of its own, so a prompt built from the word count alon
 times longer than asked (docs/benchmark.md has the figures). Instead of a tokenizer, which the
 client would have to download or be given, a few one-token requests ask the server: one with the
 nonce alone (the overhead: nonce, template, BOS) and one for each slice of the word list, whose
-``usage.prompt_tokens`` over all slices give the mean tokens of a word drawn from that list.
+``usage.prompt_tokens`` over the slices give the mean tokens of a word drawn from that list.
 Prompts drawn uniformly from the list then average the requested length; ``BenchReport`` says by
 how much they missed it.
 """
@@ -13,6 +13,7 @@ how much they missed it.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 
 from orchestrator import http
 from orchestrator.gate import metrics, stream, workload
@@ -21,39 +22,58 @@ from orchestrator.gate import metrics, stream, workload
 _SLICES = 6
 
 
-async def calibrate(client: http.StreamClient, config: workload.BenchConfig, run_id: str) -> workload.PromptSizing:
+@dataclasses.dataclass(frozen=True)
+class Sizing:
+    """The sizing, and the probes' samples: their first token is the server's first, on a fresh one."""
+
+    sizing: workload.PromptSizing
+    probes: list[metrics.RequestSample]
+
+
+async def calibrate(client: http.StreamClient, config: workload.BenchConfig, run_id: str) -> Sizing:
     """The server's prompt sizing, or the one-token-per-word estimate where it does not say.
 
-    Every probe asks for one output token; a probe that fails or whose answer carries no
-    ``usage.prompt_tokens`` leaves the estimate in place, with the reason in its ``source``.
+    Every probe asks for one output token, and every probe's nonce has the same shape, so the
+    nonce costs the same in each and cancels out. The overhead probe goes first, once more if it
+    fails (a server that just turned healthy may refuse one request): without it nothing can be
+    measured and no slice is sent. Slices that fail are left out; one answered slice is enough.
     """
     words = workload.WORDS
     size = -(-len(words) // _SLICES)
     slices = [words[i : i + size] for i in range(0, len(words), size)]
-    prompts = [f"{run_id}-s"] + [f"{run_id}-s{i} " + " ".join(part) for i, part in enumerate(slices)]
-    limit = asyncio.Semaphore(max(1, min(config.concurrency, len(prompts))))
 
-    async def probe(prompt: str) -> metrics.RequestSample:
+    async def probe(number: int, text: str) -> metrics.RequestSample:
+        body = workload.request_body(config, f"{run_id}-p{number} {text}".rstrip(), output_tokens=1)
+        return await stream.send_one(client, body, 0, config.timeout, config.endpoint)
+
+    sent = [await probe(0, "")]
+    if sent[0].prompt_tokens is None:
+        sent.append(await probe(0, ""))
+    overhead = sent[-1].prompt_tokens
+    if overhead is None:
+        return Sizing(_estimate(sent[-1]), sent)
+    limit = asyncio.Semaphore(max(1, min(config.concurrency, len(slices))))
+
+    async def capped(number: int, text: str) -> metrics.RequestSample:
         async with limit:
-            body = workload.request_body(config, prompt, output_tokens=1)
-            return await stream.send_one(client, body, 0, config.timeout, config.endpoint)
+            return await probe(number, text)
 
-    samples = await asyncio.gather(*(probe(p) for p in prompts))
-    counts = [s.prompt_tokens for s in samples]
-    if any(c is None for c in counts):
-        failed = next(s for s in samples if s.prompt_tokens is None)
-        why = failed.error or "the server sent no usage.prompt_tokens"
-        return workload.PromptSizing(
-            workload.ESTIMATE.overhead_tokens,
-            workload.ESTIMATE.tokens_per_word,
-            f"{workload.ESTIMATE.source} (not measured: {why})",
-        )
-    overhead, *sliced = [float(c) for c in counts if c is not None]
-    per_word = (sum(sliced) - overhead * len(sliced)) / len(words)
+    answered = await asyncio.gather(*(capped(i, " ".join(part)) for i, part in enumerate(slices, start=1)))
+    sent += answered
+    counted = [(s.prompt_tokens, len(part)) for s, part in zip(answered, slices, strict=True) if s.prompt_tokens]
+    if not counted:
+        return Sizing(_estimate(answered[0]), sent)
+    per_word = sum(tokens - overhead for tokens, _ in counted) / sum(n for _, n in counted)
     if per_word <= 0:
-        return workload.PromptSizing(
-            workload.ESTIMATE.overhead_tokens,
-            workload.ESTIMATE.tokens_per_word,
-            f"{workload.ESTIMATE.source} (not measured: the server counted no tokens for the words)",
-        )
-    return workload.PromptSizing(overhead, per_word, f"server usage.prompt_tokens of {len(prompts)} probes")
+        return Sizing(_estimate(None, "the server counted no tokens for the words"), sent)
+    source = f"server usage.prompt_tokens of {1 + len(counted)} probes"
+    return Sizing(workload.PromptSizing(float(overhead), per_word, source), sent)
+
+
+def _estimate(failed: metrics.RequestSample | None, why: str = "") -> workload.PromptSizing:
+    if failed is not None:
+        why = failed.error or "the server sent no usage.prompt_tokens"
+    estimate = workload.ESTIMATE
+    return workload.PromptSizing(
+        estimate.overhead_tokens, estimate.tokens_per_word, f"{estimate.source} (not measured: {why})"
+    )

@@ -2,9 +2,10 @@
 
 What an engine's ``/metrics`` answers, as ``prometheus_client`` (vLLM, SGLang, TensorRT-LLM) and
 ``metrics-exporter-prometheus`` (TGI) write it. Only what deployctl reads is kept: each family's
-type from its ``# TYPE`` line, and each sample's name, labels and value; timestamps and ``# HELP``
-are skipped. A histogram's ``_bucket``/``_sum``/``_count`` samples and a counter's ``_total`` and
-``_created`` samples belong to their family.
+type from its ``# TYPE`` line, and each sample's name, labels and value; timestamps, exemplars and
+``# HELP`` are skipped. A histogram's ``_bucket``/``_sum``/``_count`` samples and a counter's
+``_total`` sample belong to their family. prometheus_client writes a ``_created`` sample under a
+``# TYPE x_created gauge`` line of its own, so it is a family of its own here too.
 """
 
 from __future__ import annotations
@@ -12,12 +13,17 @@ from __future__ import annotations
 import dataclasses
 import re
 
-_SAMPLE = re.compile(r"^(?P<name>[A-Za-z_:][A-Za-z0-9_:]*)(?:\{(?P<labels>.*)\})?\s+(?P<value>\S+)(?:\s+\S+)?\s*$")
+# Labels end at the first } outside a quoted value; a timestamp and an OpenMetrics exemplar
+# ("# {trace_id=...} 1.0") may follow the value.
+_SAMPLE = re.compile(
+    r'^(?P<name>[A-Za-z_:][A-Za-z0-9_:]*)(?:\{(?P<labels>(?:[^"}]|"(?:[^"\\]|\\.)*")*)\})?'
+    r"\s+(?P<value>\S+)(?:\s+-?\d+)?\s*(?:#.*)?$"
+)
 _LABEL = re.compile(r'\s*(?P<key>[A-Za-z_][A-Za-z0-9_]*)\s*=\s*"(?P<value>(?:[^"\\]|\\.)*)"\s*(?:,|$)')
 _SUFFIXES = {
-    "histogram": ("_bucket", "_sum", "_count", "_created"),
-    "summary": ("_sum", "_count", "_created"),
-    "counter": ("_total", "_created"),
+    "histogram": ("_bucket", "_sum", "_count"),
+    "summary": ("_sum", "_count"),
+    "counter": ("_total",),
 }
 
 
@@ -72,9 +78,6 @@ def _family_of(families: dict[str, Family], sample_name: str) -> Family:
     for family in families.values():
         suffixes = _SUFFIXES.get(family.kind, ())
         if any(sample_name == family.name + suffix for suffix in suffixes):
-            return family
-        # prometheus_client >= 0.4 names a counter's family with its _total already.
-        if family.kind == "counter" and sample_name == family.name.removesuffix("_total") + "_created":
             return family
     return families.setdefault(sample_name, Family(sample_name, "untyped"))
 

@@ -27,6 +27,9 @@ METRIC_NAMES = slo.METRIC_NAMES
 Condition = slo.Condition
 parse_slo = slo.parse_slo
 _LOWER_IS_BETTER = ("<=", "<")
+# Counts of requests: a request fails or completes at any prompt length, so a run whose prompts
+# missed the length asked for still judges these.
+_LENGTH_INDEPENDENT = frozenset({"completed", "failed", "error_rate"})
 _HIGHER_IS_BETTER = (">=", ">")
 
 
@@ -189,8 +192,8 @@ def _distrust(report: bench_report.BenchReport, min_samples: int) -> dict[str, s
             reasons[name] = f"only {report.completed} requests completed, fewer than min_samples={min_samples}"
         elif report.client.saturated:
             reasons[name] = "client-bound run: " + "; ".join(report.client.reasons)
-        elif misfit is not None:
-            # A failed request fails at any length; a latency belongs to the length it was measured at.
+        elif misfit is not None and name not in _LENGTH_INDEPENDENT:
+            # A latency or a throughput belongs to the prompt length it was measured at.
             reasons[name] = misfit
     return reasons
 
@@ -326,7 +329,28 @@ def _previous_note(previous: bench_report.BenchReport | Mapping[str, object] | N
     verdict = previous.get("verdict")
     if isinstance(verdict, str) and verdict != Verdict.PASS.label:
         return f"the previous release's gate verdict was {verdict}, so its numbers are no baseline"
-    return None
+    return _previous_length_note(previous)
+
+
+def _previous_length_note(previous: Mapping[str, object]) -> str | None:
+    """Why a stored gate report's latencies were measured at another prompt length, or None.
+
+    Reports from before prompts were sized by the server's count keep no ``prompt_tokens``; their
+    length is ``total_input_tokens / completed`` against the ``input_tokens`` their config asked.
+    """
+    bench = previous.get("bench")
+    metrics = previous.get("metrics")
+    if not isinstance(bench, Mapping) or not isinstance(metrics, Mapping):
+        return None
+    config = bench.get("config")
+    asked = _as_float(config.get("input_tokens")) if isinstance(config, Mapping) else None
+    total, completed = _as_float(metrics.get("total_input_tokens")), _as_float(metrics.get("completed"))
+    if not asked or not total or not completed:
+        return None
+    sent = total / completed
+    if abs(sent / asked - 1) <= bench_report.PROMPT_LENGTH_TOLERANCE:
+        return None
+    return f"the previous release's prompts averaged {sent:.0f} tokens where {asked:.0f} were asked"
 
 
 def _bench_facts(report: bench_report.BenchReport) -> BenchFacts:
