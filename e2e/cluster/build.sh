@@ -49,13 +49,12 @@ HELM_LDFLAGS="-X helm.sh/helm/v3/internal/version.version=$HELM_VERSION \
  -X helm.sh/helm/v3/pkg/chartutil.k8sVersionMajor=1 -X helm.sh/helm/v3/pkg/chartutil.k8sVersionMinor=$HELM_K8S_MINOR \
  -X helm.sh/helm/v3/pkg/lint/rules.k8sVersionMajor=1 -X helm.sh/helm/v3/pkg/lint/rules.k8sVersionMinor=$HELM_K8S_MINOR"
 
-want=${*:-sim etcd kube-apiserver kube-controller-manager kube-scheduler kwok helm kubectl ray-operator source-controller kustomize-controller prometheus-crds}
-for tool in $want; do
-  case $tool in
+build_tool() {
+  case $1 in
     sim) build "$ROOT/e2e/simulator" . vllm-sim ;;
     etcd) build "$TOOLS/etcd" . etcd ;;
     kube-apiserver|kube-controller-manager|kube-scheduler|kubectl)
-      build "$TOOLS/kubernetes" "k8s.io/kubernetes/cmd/$tool" "$tool" "$K8S_LDFLAGS" ;;
+      build "$TOOLS/kubernetes" "k8s.io/kubernetes/cmd/$1" "$1" "$K8S_LDFLAGS" ;;
     kwok) build "$TOOLS/kwok" sigs.k8s.io/kwok/cmd/kwok kwok ;;
     helm) build "$TOOLS/helm" helm.sh/helm/v3/cmd/helm helm "$HELM_LDFLAGS" ;;
     ray-operator) build "$TOOLS/kuberay" github.com/ray-project/kuberay/ray-operator ray-operator ;;
@@ -63,6 +62,30 @@ for tool in $want; do
     kustomize-controller) build "$TOOLS/flux-kustomize" github.com/fluxcd/kustomize-controller kustomize-controller ;;
     # No binary: the module's CRD files, which the PodMonitor tests apply, into the module cache.
     prometheus-crds) (cd "$TOOLS/prometheus-operator" && go mod download github.com/prometheus-operator/prometheus-operator) ;;
-    *) echo "build.sh: unknown tool '$tool'" >&2; exit 2 ;;
+    *) echo "build.sh: unknown tool '$1'" >&2; exit 2 ;;
   esac
-done
+}
+
+build_each() { for tool in "$@"; do build_tool "$tool"; done; }
+
+if [[ $# -gt 0 ]]; then
+  build_each "$@"
+  exit 0
+fi
+# Everything, in two streams at once: one go build leaves a core idle while it downloads modules
+# and links, so a cold build of both streams side by side takes less wall time than one after the
+# other (docs/testing.md, "A fresh clone's first build"). Go's module and build caches are safe to
+# share between concurrent builds. The Kubernetes binaries stay in one stream: the later ones reuse
+# what kube-apiserver compiled.
+STREAM_KUBERNETES="sim etcd kube-apiserver kube-controller-manager kube-scheduler kubectl prometheus-crds"
+STREAM_OTHERS="kwok helm ray-operator source-controller kustomize-controller"
+# shellcheck disable=SC2086 # the lists split into tool names on purpose
+build_each $STREAM_KUBERNETES &
+kubernetes=$!
+# shellcheck disable=SC2086
+build_each $STREAM_OTHERS &
+others=$!
+failed=0
+wait "$kubernetes" || failed=1
+wait "$others" || failed=1
+exit "$failed"

@@ -68,6 +68,9 @@ type engine struct {
 
 	// histograms names the engine's histograms and their bucket bounds.
 	histograms func(cfg config) map[string][]float64
+	// httpStatus is the status label of the engine's HTTP counter (vLLM's
+	// class "2xx", SGLang's code "200"); nil: the engine has no such counter.
+	httpStatus func(status int) string
 }
 
 func (e *engine) framer(a *api) framer { return e.framers[a] }
@@ -160,9 +163,11 @@ var vllmEngine = &engine{
 	streamHeaders: func(h http.Header, j *job) {
 		h.Set("Content-Type", "text/event-stream; charset=utf-8")
 	},
-	prepare: func(s *server, j *job, req *completionRequest) {},
-	framers: map[*api]framer{chatAPI: vllmFramer{}, completionsAPI: vllmFramer{}},
-	respond: respondVLLM,
+	// prometheus_fastapi_instrumentator groups status codes into classes.
+	httpStatus: func(status int) string { return strconv.Itoa(status/100) + "xx" },
+	prepare:    func(s *server, j *job, req *completionRequest) {},
+	framers:    map[*api]framer{chatAPI: vllmFramer{}, completionsAPI: vllmFramer{}},
+	respond:    respondVLLM,
 	histograms: func(config) map[string][]float64 {
 		return nil
 	},

@@ -59,9 +59,13 @@ var sglangEngine = &engine{
 		// metrics_collector.py defaults.
 		return map[string][]float64{
 			"ttft": {0.1, 0.2, 0.4, 0.6, 0.8, 1, 2, 4, 6, 8, 10, 20, 40, 60, 80, 100, 200, 400},
+			"itl":  {0.002, 0.004, 0.006, 0.008, 0.010, 0.015, 0.020, 0.025, 0.030, 0.035, 0.040, 0.060, 0.080, 0.100, 0.200, 0.400, 0.600, 0.800, 1, 2, 4, 6, 8},
 			"e2e":  {0.1, 0.2, 0.4, 0.6, 0.8, 1, 2, 4, 6, 8, 10, 20, 40, 60, 80, 100, 200, 400, 600, 1200, 1800, 2400},
 		}
 	},
+	// observability/http_request_metrics.py: sglang:http_responses_total by
+	// endpoint, method and the exact status code.
+	httpStatus: strconv.Itoa,
 }
 
 func registerSGLang(s *server, mux *http.ServeMux) {
@@ -302,6 +306,9 @@ func (s *server) sglangMetrics(w http.ResponseWriter, r *http.Request) {
 	p.sample("sglang:num_running_reqs", sched, float64(s.m.running.Load()))
 	p.family("sglang:num_queue_reqs", "gauge")
 	p.sample("sglang:num_queue_reqs", sched, float64(s.m.waiting.Load()))
+	// The KV pool's used fraction, as the simulator counts it (see metrics.kvTokens).
+	p.family("sglang:token_usage", "gauge")
+	p.sample("sglang:token_usage", sched, s.kvUsage())
 	x := &s.x
 	streaming := func(i int) map[string]string { return withLabel(tok, "is_streaming", []string{"false", "true"}[i]) }
 	for _, c := range []struct {
@@ -323,6 +330,15 @@ func (s *server) sglangMetrics(w http.ResponseWriter, r *http.Request) {
 				p.histogram(h.name, streaming(i), hist.bounds, cum, sum)
 			}
 		}
+	}
+	// The gap between tokens carries no is_streaming label.
+	p.family("sglang:inter_token_latency_seconds", "histogram")
+	if cum, sum := x.merged("itl"); cum[len(cum)-1] > 0 {
+		p.histogram("sglang:inter_token_latency_seconds", tok, x.hists["itl"][0].bounds, cum, sum)
+	}
+	p.family("sglang:http_responses_total", "counter")
+	for _, c := range s.m.httpCounts() {
+		p.sample("sglang:http_responses_total", map[string]string{"endpoint": c.route, "method": c.method, "status_code": c.status}, float64(c.n))
 	}
 	p.write(w)
 }

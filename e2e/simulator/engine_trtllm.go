@@ -60,6 +60,7 @@ var trtllmEngine = &engine{
 			"ttft":  {0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0},
 			"e2e":   long,
 			"queue": long,
+			"tpot":  {0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0},
 		}
 	},
 }
@@ -342,28 +343,23 @@ func (s *server) trtllmIterationStats(w http.ResponseWriter, r *http.Request) {
 }
 
 // trtllmPrometheus is /prometheus/metrics, mounted when return_perf_metrics
-// is set (the simulator always serves it): metrics/collector.py names with
-// the labels openai_server.py gives the collector, through prometheus_client's
-// multiprocess collector. Per-request series appear once a request finished.
+// is set (the simulator always serves it): the five families of
+// metrics/collector.py before the trtllm_ prefix (deployctl's table for
+// main-00209af says why that era), with the labels openai_server.py gives
+// the collector, through prometheus_client's multiprocess collector.
+// Per-request series appear once a request finished.
 func (s *server) trtllmPrometheus(w http.ResponseWriter, r *http.Request) {
 	var p pyProm
 	labels := map[string]string{"engine_type": "undefined", "model_name": "undefined"}
 	x := &s.x
-	p.family("trtllm_num_requests_running", "gauge")
-	p.sample("trtllm_num_requests_running", labels, float64(s.m.running.Load()))
-	p.family("trtllm_num_requests_waiting", "gauge")
-	p.sample("trtllm_num_requests_waiting", labels, float64(s.m.waiting.Load()))
 	if done := x.total(&x.finished); done > 0 {
-		p.family("trtllm_request_success_total", "counter")
-		p.sample("trtllm_request_success_total", withLabel(labels, "finished_reason", "length"), float64(done))
-		p.family("trtllm_prompt_tokens_total", "counter")
-		p.sample("trtllm_prompt_tokens_total", labels, float64(x.total(&x.prompt)))
-		p.family("trtllm_generation_tokens_total", "counter")
-		p.sample("trtllm_generation_tokens_total", labels, float64(x.total(&x.generated)))
+		p.family("request_success_total", "counter")
+		p.sample("request_success_total", withLabel(labels, "finished_reason", "length"), float64(done))
 		for _, h := range []struct{ name, key string }{
-			{"trtllm_time_to_first_token_seconds", "ttft"},
-			{"trtllm_e2e_request_latency_seconds", "e2e"},
-			{"trtllm_request_queue_time_seconds", "queue"},
+			{"time_to_first_token_seconds", "ttft"},
+			{"e2e_request_latency_seconds", "e2e"},
+			{"time_per_output_token_seconds", "tpot"},
+			{"request_queue_time_seconds", "queue"},
 		} {
 			cum, sum := x.merged(h.key)
 			p.family(h.name, "histogram")

@@ -43,7 +43,12 @@
 //     the port is open while the "model" loads.
 //   - /metrics exposes vllm:num_requests_running, vllm:num_requests_waiting,
 //     vllm:prompt_tokens_total, vllm:generation_tokens_total,
-//     vllm:request_success_total and vllm:time_to_first_token_seconds.
+//     vllm:request_success_total, vllm:kv_cache_usage_perc (tokens being
+//     served over max-num-seqs × max-model-len), the histograms
+//     vllm:time_to_first_token_seconds, vllm:inter_token_latency_seconds and
+//     vllm:e2e_request_latency_seconds, and http_requests_total by route,
+//     method and status class: the families deployctl's metric table for
+//     vLLM names (orchestrator/data/engine_metrics/vllm/).
 //   - --api-key KEY (or the VLLM_API_KEY variable, as vLLM reads it; the flag
 //     wins) guards every path under /v1, /v2, /inference and /cohere as vLLM's
 //     AuthenticationMiddleware does: a request without "Authorization: Bearer
@@ -115,7 +120,7 @@
 //	        usage chunk needs stream_options (include_usage defaults to true
 //	        there). A prompt that fills the context is a 400 (a dropped
 //	        connection once streaming), a max_tokens past it is clamped.
-//	        /prometheus/metrics has trtllm_* names.
+//	        /prometheus/metrics has collector.py's five unprefixed families.
 package main
 
 import (
@@ -132,6 +137,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -342,6 +348,7 @@ func newServer(cfg config, now time.Time) *server {
 	if eng.warmupTokens > 0 {
 		s.warm = s.deadline(now, eng.warmupTokens-1)
 	}
+	s.m.init()
 	s.x.init(eng, cfg)
 	return s
 }
@@ -382,11 +389,11 @@ func (s *server) engineRoutes() http.Handler {
 	mux := http.NewServeMux()
 	s.eng.register(s, mux)
 	if s.eng.unrouted == nil {
-		return mux
+		return s.instrumented(mux)
 	}
 	// The other engines' frameworks answer unknown routes (404) and known
 	// routes with another method (405) in their own way.
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	return s.instrumented(mux, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if _, pattern := mux.Handler(r); pattern != "" {
 			mux.ServeHTTP(w, r)
 			return
@@ -401,7 +408,7 @@ func (s *server) engineRoutes() http.Handler {
 			}
 		}
 		s.eng.unrouted(w, status)
-	})
+	}))
 }
 
 func registerVLLM(s *server, mux *http.ServeMux) {
@@ -627,6 +634,8 @@ func (s *server) complete(w http.ResponseWriter, r *http.Request, a *api) {
 		return
 	}
 	defer s.release()
+	s.m.kvTokens.Add(int64(j.promptTokens))
+	defer s.m.kvTokens.Add(-int64(j.promptTokens))
 	s.x.observe("queue", j.stream, j.admit.Sub(arrival))
 	if req.Stream {
 		s.stream(ctx, w, out, j)
@@ -722,11 +731,22 @@ func (s *server) stream(ctx context.Context, w http.ResponseWriter, out *sse, j 
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
 	sent := 0
-	defer func() { s.m.generationTokens.Add(int64(sent)) }()
+	defer func() {
+		s.m.generationTokens.Add(int64(sent))
+		s.m.kvTokens.Add(-int64(sent))
+	}()
+	last := j.arrival
 	for i := 0; i < j.maxTokens; i++ {
 		if !sleepUntil(ctx, timer, s.deadline(j.admit, i)) {
 			return
 		}
+		now := time.Now()
+		if i > 0 {
+			s.m.itl.observe(now.Sub(last).Seconds())
+			s.x.observe("itl", j.stream, now.Sub(last))
+		}
+		last = now
+		s.m.kvTokens.Add(1)
 		if i == 0 {
 			s.m.observeTTFT(time.Since(j.arrival))
 			s.x.observe("ttft", j.stream, time.Since(j.arrival))
@@ -759,6 +779,7 @@ func (s *server) stream(ctx context.Context, w http.ResponseWriter, out *sse, j 
 		}
 	}
 	s.m.requestsFinished.Add(1)
+	s.m.e2e.observe(time.Since(j.arrival).Seconds())
 	s.x.finish(j)
 	if s.cfg.fault == faultNoDone {
 		return
@@ -806,6 +827,7 @@ func (s *server) respond(ctx context.Context, w http.ResponseWriter, j *job) {
 	text := b.String()
 	s.m.generationTokens.Add(int64(j.maxTokens))
 	s.m.requestsFinished.Add(1)
+	s.m.e2e.observe(time.Since(j.arrival).Seconds())
 	s.x.finish(j)
 	s.eng.respond(s, w, j, text)
 }
@@ -1010,29 +1032,129 @@ func writeLoading(w http.ResponseWriter) {
 	writeError(w, http.StatusServiceUnavailable, "ServiceUnavailableError", "the model is still loading (--startup-seconds)", "")
 }
 
-// ttftBuckets are vLLM's bucket bounds for vllm:time_to_first_token_seconds.
-var ttftBuckets = [...]float64{0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1, 2.5, 5, 7.5, 10, 20, 40, 80, 160, 640, 2560}
+// vLLM's bucket bounds (vllm/v1/metrics/buckets.py) for TTFT, the gap
+// between tokens, and a request's whole latency.
+var (
+	ttftBuckets = []float64{0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1, 2.5, 5, 7.5, 10, 20, 40, 80, 160, 640, 2560}
+	itlBuckets  = []float64{0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1, 2.5, 5, 7.5, 10, 20, 40, 80}
+	e2eBuckets  = []float64{0.3, 0.5, 0.8, 1, 1.5, 2, 2.5, 5, 10, 15, 20, 30, 40, 50, 60, 120, 240, 480, 960, 1920, 7680}
+)
+
+// writeHistogram appends h as prometheus_client writes it (vLLM's labels).
+func writeHistogram(b *strings.Builder, h *histogram, name, help, labels string) {
+	cum, sum := h.snapshot()
+	fmt.Fprintf(b, "# HELP %s %s\n# TYPE %s histogram\n", name, help, name)
+	for i, le := range h.bounds {
+		fmt.Fprintf(b, "%s_bucket{le=\"%s\",%s} %d\n", name, strconv.FormatFloat(le, 'f', -1, 64), labels, cum[i])
+	}
+	total := cum[len(cum)-1]
+	fmt.Fprintf(b, "%s_bucket{le=\"+Inf\",%s} %d\n%s_sum{%s} %g\n%s_count{%s} %d\n", name, labels, total, name, labels, sum, name, labels, total)
+}
 
 type metrics struct {
 	running, waiting               atomic.Int64
 	promptTokens, generationTokens atomic.Int64
 	requestsFinished               atomic.Int64
+	kvTokens                       atomic.Int64 // prompt and generated tokens of the requests being served
 
-	ttftMu     sync.Mutex
-	ttftCounts [len(ttftBuckets) + 1]uint64 // per bucket, not cumulative; the last is +Inf
-	ttftSum    float64
+	ttft, itl, e2e *histogram
+
+	// http_requests_total as prometheus_fastapi_instrumentator counts it:
+	// by route, method and status class ("2xx", "4xx", "5xx").
+	httpMu sync.Mutex
+	http   map[[3]string]int64
 }
 
-func (m *metrics) observeTTFT(d time.Duration) {
-	v := d.Seconds()
-	i := 0
-	for i < len(ttftBuckets) && v > ttftBuckets[i] {
-		i++
+func (m *metrics) init() {
+	m.ttft, m.itl, m.e2e = newHistogram(ttftBuckets), newHistogram(itlBuckets), newHistogram(e2eBuckets)
+	m.http = map[[3]string]int64{}
+}
+
+func (m *metrics) observeTTFT(d time.Duration) { m.ttft.observe(d.Seconds()) }
+
+func (m *metrics) countHTTP(handler, method, status string) {
+	key := [3]string{handler, method, status}
+	m.httpMu.Lock()
+	m.http[key]++
+	m.httpMu.Unlock()
+}
+
+type httpCount struct {
+	route, method, status string
+	n                     int64
+}
+
+// httpCounts is the HTTP counter's series, in a stable order.
+func (m *metrics) httpCounts() []httpCount {
+	m.httpMu.Lock()
+	defer m.httpMu.Unlock()
+	out := make([]httpCount, 0, len(m.http))
+	for k, n := range m.http {
+		out = append(out, httpCount{k[0], k[1], k[2], n})
 	}
-	m.ttftMu.Lock()
-	m.ttftCounts[i]++
-	m.ttftSum += v
-	m.ttftMu.Unlock()
+	sort.Slice(out, func(i, j int) bool {
+		return out[i].route+" "+out[i].method+" "+out[i].status < out[j].route+" "+out[j].method+" "+out[j].status
+	})
+	return out
+}
+
+// kvUsage is the fraction of the KV cache in use: the tokens of the requests
+// being served over what max-num-seqs requests of max-model-len would hold.
+func (s *server) kvUsage() float64 {
+	return float64(s.m.kvTokens.Load()) / (float64(s.cfg.maxNumSeqs) * float64(s.cfg.maxModelLen))
+}
+
+// statusRecorder remembers the status a handler wrote; Unwrap lets
+// http.ResponseController flush through it.
+type statusRecorder struct {
+	http.ResponseWriter
+	status int
+}
+
+func (r *statusRecorder) WriteHeader(status int) {
+	if r.status == 0 {
+		r.status = status
+	}
+	r.ResponseWriter.WriteHeader(status)
+}
+
+func (r *statusRecorder) Write(b []byte) (int, error) {
+	if r.status == 0 {
+		r.status = http.StatusOK
+	}
+	return r.ResponseWriter.Write(b)
+}
+
+func (r *statusRecorder) Unwrap() http.ResponseWriter { return r.ResponseWriter }
+
+// instrumented counts every answer in the engine's HTTP counter (vLLM's
+// http_requests_total, SGLang's sglang:http_responses_total), by the route's
+// path ("none" for a path no route of mux serves); handler (default mux)
+// answers. Engines without such a counter get handler as it is.
+func (s *server) instrumented(mux *http.ServeMux, handler ...http.Handler) http.Handler {
+	var next http.Handler = mux
+	if len(handler) > 0 {
+		next = handler[0]
+	}
+	if s.eng.httpStatus == nil {
+		return next
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		route := "none"
+		if _, pattern := mux.Handler(r); pattern != "" {
+			_, path, _ := strings.Cut(pattern, " ")
+			route = path
+		}
+		rec := &statusRecorder{ResponseWriter: w}
+		defer func() {
+			status := rec.status
+			if status == 0 {
+				status = http.StatusOK
+			}
+			s.m.countHTTP(route, r.Method, s.eng.httpStatus(status))
+		}()
+		next.ServeHTTP(rec, r)
+	})
 }
 
 func (s *server) metrics(w http.ResponseWriter, r *http.Request) {
@@ -1048,18 +1170,15 @@ func (s *server) metrics(w http.ResponseWriter, r *http.Request) {
 	fmt.Fprintf(&b, "# HELP vllm:request_success Count of successfully processed requests.\n# TYPE vllm:request_success counter\n"+
 		"vllm:request_success_total{finished_reason=\"length\",%s} %d\n", labels, s.m.requestsFinished.Load())
 
-	s.m.ttftMu.Lock()
-	counts, sum := s.m.ttftCounts, s.m.ttftSum
-	s.m.ttftMu.Unlock()
-	const ttft = "vllm:time_to_first_token_seconds"
-	fmt.Fprintf(&b, "# HELP %s Histogram of time to first token in seconds.\n# TYPE %s histogram\n", ttft, ttft)
-	var cum uint64
-	for i, le := range ttftBuckets {
-		cum += counts[i]
-		fmt.Fprintf(&b, "%s_bucket{le=\"%s\",%s} %d\n", ttft, strconv.FormatFloat(le, 'f', -1, 64), labels, cum)
+	writeHistogram(&b, s.m.ttft, "vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds.", labels)
+	writeHistogram(&b, s.m.itl, "vllm:inter_token_latency_seconds", "Histogram of inter-token latency in seconds.", labels)
+	writeHistogram(&b, s.m.e2e, "vllm:e2e_request_latency_seconds", "Histogram of e2e request latency in seconds.", labels)
+	fmt.Fprintf(&b, "# HELP vllm:kv_cache_usage_perc KV-cache usage. 1 means 100 percent usage.\n# TYPE vllm:kv_cache_usage_perc gauge\n"+
+		"vllm:kv_cache_usage_perc{%s} %g\n", labels, s.kvUsage())
+	b.WriteString("# HELP http_requests_total Total number of requests by method, status and handler.\n# TYPE http_requests_total counter\n")
+	for _, c := range s.m.httpCounts() {
+		fmt.Fprintf(&b, "http_requests_total{handler=%s,method=%s,status=%s} %d\n", strconv.Quote(c.route), strconv.Quote(c.method), strconv.Quote(c.status), c.n)
 	}
-	cum += counts[len(ttftBuckets)]
-	fmt.Fprintf(&b, "%s_bucket{le=\"+Inf\",%s} %d\n%s_sum{%s} %g\n%s_count{%s} %d\n", ttft, labels, cum, ttft, labels, sum, ttft, labels, cum)
 
 	w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
 	io.WriteString(w, b.String())
