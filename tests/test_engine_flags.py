@@ -325,7 +325,11 @@ def test_unknown_version_names_the_known_ones_and_the_generator() -> None:
 
 
 def test_known_versions_sort_numerically() -> None:
-    assert sorted(["0.10.0", "0.9.1", "main-00209af"], key=flag_table.version_key) == ["main-00209af", "0.9.1", "0.10.0"]
+    assert sorted(["0.10.0", "0.9.1", "main-00209af"], key=flag_table.version_key) == [
+        "main-00209af",
+        "0.9.1",
+        "0.10.0",
+    ]
 
 
 # --- check() -------------------------------------------------------------------------------------------------
