@@ -1,10 +1,13 @@
-"""monitoring.podMonitor on the real control plane, with the Prometheus Operator's own PodMonitor CRD.
+"""monitoring.podMonitor and monitoring.alerts on the real control plane, with the Prometheus
+Operator's own PodMonitor and PrometheusRule CRDs.
 
 The CRD comes from the prometheus-operator module build.sh downloads (tools/prometheus-operator),
 so the API server checks our rendered PodMonitor against the schema Prometheus users run. No
 Prometheus scrapes here; what is checked is what Prometheus would act on: the object is accepted,
 its selector picks exactly the release's serving pods, its port name is one those pods declare,
-and turning it off removes it. Without the CRD the apply is refused before any write.
+and turning it off removes it. Without the CRD the apply is refused before any write. The
+PrometheusRule is accepted by the operator's schema, carries the rules `render --format rules`
+prints (which e2e/test_alert_rules.py runs through promtool), and goes when the alerts are off.
 """
 
 from __future__ import annotations
@@ -41,16 +44,24 @@ def _crd_gone(api: kubernetes.client.ApiClient, name: str) -> bool:
 @pytest.fixture
 def pod_monitor_crd(api_client: kubernetes.client.ApiClient) -> Iterator[dict[str, Any]]:
     """The CRD, absent when the test starts (a crashed run may have left it) and removed after."""
-    crd = bootstrap.pod_monitor_crd()
+    yield from _absent_around(api_client, bootstrap.pod_monitor_crd())
+
+
+@pytest.fixture
+def prometheus_rule_crd(api_client: kubernetes.client.ApiClient) -> Iterator[dict[str, Any]]:
+    yield from _absent_around(api_client, bootstrap.prometheus_rule_crd())
+
+
+def _absent_around(api_client: kubernetes.client.ApiClient, crd: dict[str, Any]) -> Iterator[dict[str, Any]]:
     name = crd["metadata"]["name"]
     extensions = kubernetes.client.ApiextensionsV1Api(api_client)
     if not _crd_gone(api_client, name):
         extensions.delete_custom_resource_definition(name)
-        wait_until(lambda: _crd_gone(api_client, name), 60, "a leftover PodMonitor CRD removed")
+        wait_until(lambda: _crd_gone(api_client, name), 60, f"a leftover {name} removed")
     yield crd
     if not _crd_gone(api_client, name):
         extensions.delete_custom_resource_definition(name)
-        wait_until(lambda: _crd_gone(api_client, name), 60, "the PodMonitor CRD removed")
+        wait_until(lambda: _crd_gone(api_client, name), 60, f"{name} removed")
 
 
 def _monitored(env: ReleaseEnv, **pod_monitor: Any) -> dict[str, Any]:
@@ -59,9 +70,9 @@ def _monitored(env: ReleaseEnv, **pod_monitor: Any) -> dict[str, Any]:
     return doc
 
 
-def _pod_monitors(env: ReleaseEnv) -> list[dict[str, Any]]:
+def _pod_monitors(env: ReleaseEnv, plural: str = PLURAL) -> list[dict[str, Any]]:
     listed = kubernetes.client.CustomObjectsApi(env.api).list_namespaced_custom_object(
-        GROUP, VERSION, env.namespace, PLURAL
+        GROUP, VERSION, env.namespace, plural
     )
     items: list[dict[str, Any]] = listed["items"]
     return items
@@ -107,3 +118,33 @@ def test_the_pod_monitor_passes_the_operators_schema_selects_the_serving_pods_an
     again = env.apply(off)
     assert again.code == 0, again.stdout + again.stderr
     assert _pod_monitors(env) == []
+
+
+def test_the_alerts_pass_the_operators_schema_hold_the_rendered_rules_and_go_when_disabled(
+    env: ReleaseEnv, pod_monitor_crd: dict[str, Any], prometheus_rule_crd: dict[str, Any]
+) -> None:
+    doc = _monitored(env)
+    doc["monitoring"]["alerts"] = {"enabled": True, "labels": {"release": "kube-prometheus-stack"}}
+    # Without the PrometheusRule CRD (the PodMonitor's is there), refused before any write.
+    kubernetes.utils.create_from_dict(env.api, pod_monitor_crd)
+    wait_until(lambda: _crd_served(env.api, pod_monitor_crd["metadata"]["name"]), 60, "the PodMonitor CRD")
+    refused = env.apply(doc)
+    assert refused.code != 0 and "does not serve PrometheusRule" in refused.json["error"], refused.stderr
+    assert env.deployment() is None
+
+    kubernetes.utils.create_from_dict(env.api, prometheus_rule_crd)
+    wait_until(lambda: _crd_served(env.api, prometheus_rule_crd["metadata"]["name"]), 60, "the PrometheusRule CRD")
+    result = env.apply(doc)
+    assert result.code == 0, result.stdout + result.stderr
+    (rule,) = _pod_monitors(env, "prometheusrules")
+    assert rule["metadata"]["labels"]["release"] == "kube-prometheus-stack"
+    assert rule["metadata"]["annotations"]["deployctl.dev/metric-table"].startswith("vllm ")
+    alerts = [r["alert"] for g in rule["spec"]["groups"] for r in g["rules"]]
+    assert {"DeployctlErrorRateHigh", "DeployctlCopyNotServing", "DeployctlKVCacheSaturated"} <= set(alerts), alerts
+    (monitor,) = _pod_monitors(env)
+    assert monitor["spec"]["podTargetLabels"] == ["deployctl.dev/release", "deployctl.dev/track"]
+
+    doc["monitoring"]["alerts"]["enabled"] = False
+    again = env.apply(doc)
+    assert again.code == 0, again.stdout + again.stderr
+    assert _pod_monitors(env, "prometheusrules") == []

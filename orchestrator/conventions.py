@@ -45,9 +45,25 @@ LEADER_ROLE, WORKER_ROLE = "leader", "worker"
 GROUP_KINDS = ("RayCluster", "LeaderWorkerSet")
 # The Prometheus Operator's scrape object (profile monitoring.podMonitor); its CRD is optional too.
 POD_MONITOR_KIND = "PodMonitor"
+# The alert rules of a release (profile monitoring.alerts), the same operator's CRD.
+PROMETHEUS_RULE_KIND = "PrometheusRule"
+# On a canary's pods only: the stable copies' pods carry none, so adding the canary restarts nothing.
+# The PodMonitor copies it onto every series, so dashboards and the analysis tell the two apart.
+TRACK_LABEL = "deployctl.dev/track"
+# The Prometheus Operator's kinds: what profile monitoring renders beside the workload.
+MONITORING_KINDS = (POD_MONITOR_KIND, PROMETHEUS_RULE_KIND)
+CANARY_TRACK = "canary"
 # What the Prometheus Operator's CRDs accept as a duration (monitoring.coreos.com/v1 Duration):
 # units from y to ms, largest first. The profile checks it and the chart's schema carries it.
 PROMETHEUS_DURATION = r"^(0|(([0-9]+)y)?(([0-9]+)w)?(([0-9]+)d)?(([0-9]+)h)?(([0-9]+)m)?(([0-9]+)s)?(([0-9]+)ms)?)$"
+
+
+def prometheus_label(pod_label: str) -> str:
+    """The name Prometheus gives a pod label that a PodMonitor's podTargetLabels copies onto series:
+    every character a label name may not hold becomes an underscore (``deployctl.dev/release`` →
+    ``deployctl_dev_release``)."""
+    return re.sub(r"[^a-zA-Z0-9_]", "_", pod_label)
+
 
 GPU_RESOURCE = "nvidia.com/gpu"
 GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"  # set by NVIDIA GPU Feature Discovery

@@ -184,6 +184,10 @@ def test_helm_template_equals_the_jinja2_render_object_by_object(
         o for o in _helm_template(helm, package, prof, tmp_path) if HOOK not in o["metadata"].get("annotations", {})
     ]
     ours = _rendered(prof)
+    # The chart also ships the dashboard's ConfigMap, which `deployctl apply` never writes: it is
+    # `render --format dashboard`, not part of the release's manifests.
+    if prof.monitoring.dashboard.enabled:
+        ours += render.dashboard_objects(prof, planner.plan(prof))
     assert sorted(map(_key, from_helm)) == sorted(map(_key, ours))
     by_key = {_key(o): o for o in from_helm}
     for obj in ours:
@@ -466,6 +470,10 @@ def test_helm_template_escapes_a_variable_reference_in_the_args_as_render_does(
         o for o in _helm_template(helm, package, prof, tmp_path) if HOOK not in o["metadata"].get("annotations", {})
     ]
     ours = _rendered(prof)
+    # The chart also ships the dashboard's ConfigMap, which `deployctl apply` never writes: it is
+    # `render --format dashboard`, not part of the release's manifests.
+    if prof.monitoring.dashboard.enabled:
+        ours += render.dashboard_objects(prof, planner.plan(prof))
     assert sorted(map(_key, from_helm)) == sorted(map(_key, ours))
     by_key = {_key(o): o for o in from_helm}
     for obj in ours:

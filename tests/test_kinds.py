@@ -25,11 +25,11 @@ _CORE = (
 def test_the_release_kinds_and_their_orders_are_what_applyset_and_uninstall_wrote_out() -> None:
     assert applyset.MANAGED_KINDS == (
         "Deployment", "Service", "ServiceAccount", "PodDisruptionBudget", "NetworkPolicy",
-        "RayCluster", "LeaderWorkerSet", "PodMonitor",
+        "RayCluster", "LeaderWorkerSet", "PodMonitor", "PrometheusRule",
     )  # fmt: skip
-    assert applyset.OPTIONAL_KINDS == ("RayCluster", "LeaderWorkerSet", "PodMonitor")
+    assert applyset.OPTIONAL_KINDS == ("RayCluster", "LeaderWorkerSet", "PodMonitor", "PrometheusRule")
     assert uninstall.DELETE_ORDER == (
-        "PodMonitor", "LeaderWorkerSet", "RayCluster", "Deployment", "PodDisruptionBudget", "Service",
+        "PrometheusRule", "PodMonitor", "LeaderWorkerSet", "RayCluster", "Deployment", "PodDisruptionBudget", "Service",
         "NetworkPolicy", "ServiceAccount",
     )  # fmt: skip
 
@@ -56,6 +56,9 @@ def test_the_access_apply_checks_is_the_list_it_wrote_out() -> None:
         "LeaderWorkerSet": [(verb, "leaderworkerset.x-k8s.io", "leaderworkersets", "") for verb in _WRITE_VERBS],
         "PodMonitor": [
             (verb, "monitoring.coreos.com", "podmonitors", "") for verb in ("get", "list", "patch", "delete")
+        ],
+        "PrometheusRule": [
+            (verb, "monitoring.coreos.com", "prometheusrules", "") for verb in ("get", "list", "patch", "delete")
         ],
     } == applyset.GROUP_ACCESS
 

@@ -117,8 +117,20 @@ def test_every_profile_renders_namespaced_labelled_objects_in_apply_order(path: 
     kinds = [o["kind"] for o in objects]
     copies = {"kuberay": ["RayCluster"] * prof.rollout.replicas, "lws": ["LeaderWorkerSet"]}
     runs = copies[prof.placement.groupEngine] if prof.multi_node else ["Deployment"]
-    expected = ["ServiceAccount", "NetworkPolicy", "Service", "PodDisruptionBudget", *runs, "PodMonitor"]
-    optional = {"NetworkPolicy": prof.airgap.denyEgress, "PodMonitor": prof.monitoring.podMonitor.enabled}
+    expected = [
+        "ServiceAccount",
+        "NetworkPolicy",
+        "Service",
+        "PodDisruptionBudget",
+        *runs,
+        "PodMonitor",
+        "PrometheusRule",
+    ]
+    optional = {
+        "NetworkPolicy": prof.airgap.denyEgress,
+        "PodMonitor": prof.monitoring.podMonitor.enabled,
+        "PrometheusRule": prof.monitoring.alerts.enabled,
+    }
     assert kinds == [k for k in expected if optional.get(k, True)]
     for obj in objects:
         meta = obj["metadata"]

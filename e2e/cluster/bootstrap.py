@@ -57,6 +57,7 @@ FLUX_MODULES = (
 # applied at start-up: the tests that need it install it, after checking the refusal without it.
 PROMETHEUS_MODULE = ("prometheus-operator", "github.com/prometheus-operator/prometheus-operator")
 POD_MONITOR_CRD = "example/prometheus-operator-crd/monitoring.coreos.com_podmonitors.yaml"
+PROMETHEUS_RULE_CRD = "example/prometheus-operator-crd/monitoring.coreos.com_prometheusrules.yaml"
 OUR_STAGES = components.HERE / "sim-stages.yaml"
 NODES = components.HERE / "nodes.yaml"
 # The kinds applied here, and where they live in the API (all cluster-scoped).
@@ -133,6 +134,12 @@ def flux_module_dirs() -> list[tuple[Path, str]]:
 def pod_monitor_crd() -> dict[str, Any]:
     """The PodMonitor CRD of the Prometheus Operator release tools/prometheus-operator pins."""
     (crd,) = _load_yaml(_module_dir(*PROMETHEUS_MODULE) / POD_MONITOR_CRD)
+    return crd
+
+
+def prometheus_rule_crd() -> dict[str, Any]:
+    """The PrometheusRule CRD of the same Prometheus Operator release."""
+    (crd,) = _load_yaml(_module_dir(*PROMETHEUS_MODULE) / PROMETHEUS_RULE_CRD)
     return crd
 
 

@@ -60,6 +60,11 @@ build_tool() {
     ray-operator) build "$TOOLS/kuberay" github.com/ray-project/kuberay/ray-operator ray-operator ;;
     source-controller) build "$TOOLS/flux-source" github.com/fluxcd/source-controller source-controller ;;
     kustomize-controller) build "$TOOLS/flux-kustomize" github.com/fluxcd/kustomize-controller kustomize-controller ;;
+    # promtool checks and unit-tests the rendered alert rules; the server scrapes when a test reads
+    # metrics through Prometheus. The second build reuses what the first compiled.
+    prometheus)
+      build "$TOOLS/prometheus" github.com/prometheus/prometheus/cmd/promtool promtool
+      build "$TOOLS/prometheus" github.com/prometheus/prometheus/cmd/prometheus prometheus ;;
     # No binary: the module's CRD files, which the PodMonitor tests apply, into the module cache.
     prometheus-crds) (cd "$TOOLS/prometheus-operator" && go mod download github.com/prometheus-operator/prometheus-operator) ;;
     *) echo "build.sh: unknown tool '$1'" >&2; exit 2 ;;
@@ -77,7 +82,7 @@ fi
 # other (docs/testing.md, "A fresh clone's first build"). Go's module and build caches are safe to
 # share between concurrent builds. The Kubernetes binaries stay in one stream: the later ones reuse
 # what kube-apiserver compiled.
-STREAM_KUBERNETES="sim etcd kube-apiserver kube-controller-manager kube-scheduler kubectl prometheus-crds"
+STREAM_KUBERNETES="sim etcd kube-apiserver kube-controller-manager kube-scheduler kubectl prometheus-crds prometheus"
 STREAM_OTHERS="kwok helm ray-operator source-controller kustomize-controller"
 # shellcheck disable=SC2086 # the lists split into tool names on purpose
 build_each $STREAM_KUBERNETES &

@@ -9,7 +9,7 @@ from __future__ import annotations
 import concurrent.futures
 import contextlib
 import copy
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import Any
 
 from orchestrator import conventions, errors
@@ -29,15 +29,15 @@ SERVER_METADATA = (
 )
 SERVER_ANNOTATIONS = ("deployment.kubernetes.io/revision", "kubectl.kubernetes.io/last-applied-configuration")
 GROUP_KINDS = conventions.GROUP_KINDS
-POD_MONITOR = conventions.POD_MONITOR_KIND
 OPTIONAL_KINDS = kinds.OPTIONAL_KINDS
 MANAGED_KINDS = kinds.RELEASE_KINDS
 APPLY_ORDER = kinds.APPLY_ORDER
-# What a release's group objects (and its PodMonitor) need beyond REQUIRED_ACCESS, by kind: asked only
-# of a profile that renders them, so a single-node release never needs KubeRay's or LWS's permissions.
+# What a release's group objects (and its PodMonitor and PrometheusRule) need beyond REQUIRED_ACCESS, by
+# kind: asked only of a profile that renders them, so a single-node release never needs KubeRay's or
+# LWS's permissions.
 GROUP_ACCESS: dict[str, list[kinds.Access]] = {
     **{kind: kinds.access([kind], ("get", "list", "watch", "patch", "delete")) for kind in GROUP_KINDS},
-    POD_MONITOR: kinds.access([POD_MONITOR], ("get", "list", "patch", "delete")),
+    **{kind: kinds.access([kind], ("get", "list", "patch", "delete")) for kind in conventions.MONITORING_KINDS},
 }
 
 # What apply, gate and rollback do in the release's namespace: (verb, group, resource, subresource).
@@ -56,13 +56,18 @@ REQUIRED_ACCESS: list[kinds.Access] = [
 
 
 def check_access(
-    kube: Kube, namespace: str, group_kind: str | None = None, *, pod_monitor: bool = False, warmup: bool = False
+    kube: Kube,
+    namespace: str,
+    group_kind: str | None = None,
+    *,
+    monitoring: Collection[str] = (),
+    warmup: bool = False,
 ) -> None:
     """Refuse before any write when the identity lacks a permission the sequence will need
-    (``group_kind``: the group object the release renders, ``pod_monitor``: it renders a PodMonitor,
+    (``group_kind``: the group object the release renders, ``monitoring``: the Prometheus Operator kinds it renders,
     ``warmup``: it runs warm-up pods; their permissions are asked too)."""
     required = REQUIRED_ACCESS + (GROUP_ACCESS[group_kind] if group_kind else [])
-    required += GROUP_ACCESS[POD_MONITOR] if pod_monitor else []
+    required += [access for kind in monitoring for access in GROUP_ACCESS[kind]]
     required += WARMUP_ACCESS if warmup else []
     missing = missing_access(kube, namespace, required)
     if missing:

@@ -48,9 +48,10 @@ def run(
     name, namespace = profile.metadata.name, profile.metadata.namespace
     user = kube.whoami()
     group_kind = check_group_engine(kube, profile)
-    check_pod_monitor(kube, profile)
+    monitoring = monitoring_kinds(profile)
+    check_monitoring(kube, profile, monitoring)
     warmup = profile.rollout.warmup is not None and profile.rollout.warmup.enabled
-    applyset.check_access(kube, namespace, group_kind, pod_monitor=profile.monitoring.podMonitor.enabled, warmup=warmup)
+    applyset.check_access(kube, namespace, group_kind, monitoring=monitoring, warmup=warmup)
     check_api_key_secret(kube, profile)
     # Read before the lock's Lease is written: a record this deployctl cannot read (a newer
     # format, an edit, signatures without a key to check them) refuses the apply with nothing
@@ -162,19 +163,36 @@ def check_api_key_secret(kube: Kube, profile: Profile) -> None:
         raise errors.RolloutFailed(f"{e.message}. Nothing was changed") from None
 
 
-def check_pod_monitor(kube: Kube, profile: Profile) -> None:
-    """Refuse before any write a profile whose PodMonitor the cluster cannot take: without the
-    Prometheus Operator's CRD the apply would fail after the workload changed."""
-    if not profile.monitoring.podMonitor.enabled:
-        return
-    try:
-        kube.list(conventions.POD_MONITOR_KIND, profile.metadata.namespace)
-    except errors.NotFound:
-        raise errors.RolloutFailed(
-            f"{profile.metadata.name} sets monitoring.podMonitor.enabled, but this cluster does not serve "
-            "PodMonitor (monitoring.coreos.com/v1): install the Prometheus Operator's CRDs (kube-prometheus-stack "
-            "has them), or set monitoring.podMonitor.enabled: false and scrape /metrics another way. Nothing was "
-            "changed"
-        ) from None
-    except errors.Forbidden:
-        pass  # check_access names the missing permission
+def monitoring_kinds(profile: Profile) -> list[str]:
+    """The Prometheus Operator kinds the profile renders: a PodMonitor, and a PrometheusRule with alerts."""
+    fields = {
+        conventions.POD_MONITOR_KIND: profile.monitoring.podMonitor.enabled,
+        conventions.PROMETHEUS_RULE_KIND: profile.monitoring.alerts.enabled,
+    }
+    return [kind for kind, enabled in fields.items() if enabled]
+
+
+_MONITORING_FIELDS = {
+    conventions.POD_MONITOR_KIND: ("monitoring.podMonitor.enabled", "scrape /metrics another way"),
+    conventions.PROMETHEUS_RULE_KIND: (
+        "monitoring.alerts.enabled",
+        "load `deployctl render --format rules` another way",
+    ),
+}
+
+
+def check_monitoring(kube: Kube, profile: Profile, monitoring: list[str]) -> None:
+    """Refuse before any write a profile whose PodMonitor or PrometheusRule the cluster cannot take:
+    without the Prometheus Operator's CRDs the apply would fail after the workload changed."""
+    for kind in monitoring:
+        field, otherwise = _MONITORING_FIELDS[kind]
+        try:
+            kube.list(kind, profile.metadata.namespace)
+        except errors.NotFound:
+            raise errors.RolloutFailed(
+                f"{profile.metadata.name} sets {field}, but this cluster does not serve {kind} "
+                "(monitoring.coreos.com/v1): install the Prometheus Operator's CRDs (kube-prometheus-stack has them), "
+                f"or set {field}: false and {otherwise}. Nothing was changed"
+            ) from None
+        except errors.Forbidden:
+            pass  # check_access names the missing permission

@@ -95,7 +95,7 @@ def applied_by_others(objects: Sequence[kube_status.Object]) -> list[str]:
 
 
 def rendered_optional_kinds(history: Sequence[releases.Record]) -> set[str]:
-    """The kinds whose CRD a cluster may lack (RayCluster, LeaderWorkerSet, PodMonitor) that any
+    """The kinds whose CRD a cluster may lack (RayCluster, LeaderWorkerSet, PodMonitor, PrometheusRule) that any
     revision of the release applied: those it must be allowed to list and delete."""
     return {kind for kind in kinds.OPTIONAL_KINDS for r in history if f"\nkind: {kind}\n" in f"\n{_text(r)}"}
 

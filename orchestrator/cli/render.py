@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pathlib
 import sys
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -34,7 +34,7 @@ CLUSTER_FORMATS = ("crd", "controller", "controller-namespace", "policy-crd", "a
     ("yaml", "json"),
     "yaml",
     old_meaning="write files with --output-dir {value}",
-    help="yaml: a multi-document stream; json: one v1 List (helm-values: the values as JSON).",
+    help="yaml: a multi-document stream; json: one v1 List (helm-values, rules: the document as JSON).",
 )
 @click.option(
     "--format",
@@ -43,6 +43,8 @@ CLUSTER_FORMATS = ("crd", "controller", "controller-namespace", "policy-crd", "a
         [
             "manifests",
             "helm-values",
+            "rules",
+            "dashboard",
             "rbac",
             "object",
             "crd",
@@ -54,11 +56,13 @@ CLUSTER_FORMATS = ("crd", "controller", "controller-namespace", "policy-crd", "a
     ),
     default="manifests",
     show_default=True,
-    help="Kubernetes manifests; values for charts/vllm-inference; the RBAC deployctl itself needs; the profile "
+    help="Kubernetes manifests; values for charts/vllm-inference; the release's alerts as a Prometheus rule file "
+    "(promtool, a Prometheus without the operator); its Grafana dashboard as a ConfigMap (never applied by "
+    "`deployctl apply`); the RBAC deployctl itself needs; the profile "
     "as an InferenceProfile object; the InferenceProfile CustomResourceDefinition; `deployctl controller` "
     "in the cluster; the Role and RoleBinding that opt namespaces in to it; the InferencePolicy "
     "CustomResourceDefinition; or the policy's ValidatingAdmissionPolicy, its binding and the default "
-    "InferencePolicy (all but the first four need no PROFILE).",
+    "InferencePolicy (all but the first six need no PROFILE).",
 )
 @click.option(
     "--controller-namespace",
@@ -147,7 +151,13 @@ def _profile_objects(prof: profile_mod.Profile, fmt: str, force: bool, emit: _Em
     plan = planner.check(prof, allow_unfit=force)
     _warn_unfit(plan)
     if fmt == "helm-values":
-        emit.values(render_mod.helm_values(prof, plan))
+        emit.document(render_mod.helm_values(prof, plan), "values.yaml")
+        return
+    if fmt == "rules":
+        emit.document(render_mod.rules(prof, plan), "rules.yaml")
+        return
+    if fmt == "dashboard":
+        emit.objects(render_mod.dashboard_objects(prof, plan))
         return
     if fmt == "object":
         from orchestrator.profile import model as profile_mod
@@ -188,13 +198,13 @@ class _Emitter:
         else:
             click.echo(render_mod.to_yaml(objects), nl=False)
 
-    def values(self, values: dict[str, object]) -> None:
-        """Helm values: values.yaml under --output-dir, else the document on stdout."""
-        text = output.emit(values, self.output_format) + "\n"
+    def document(self, document: dict[str, Any], filename: str) -> None:
+        """One document (Helm values, a rule file): ``filename`` under --output-dir, else stdout."""
+        text = output.emit(document, self.output_format) + "\n"
         if self.out_dir:
             path = pathlib.Path(self.out_dir)
             path.mkdir(parents=True, exist_ok=True)
-            (path / "values.yaml").write_text(text)
-            click.echo(f"wrote {path / 'values.yaml'}", err=True)
+            (path / filename).write_text(text)
+            click.echo(f"wrote {path / filename}", err=True)
         else:
             click.echo(text, nl=False)

@@ -64,6 +64,7 @@ KINDS: dict[str, Ref] = {
     "LeaderWorkerSet": Ref("leaderworkerset.x-k8s.io/v1", "leaderworkersets"),
     # Prometheus Operator scraping (profile monitoring.podMonitor); its CRD exists where the operator is installed.
     conventions.POD_MONITOR_KIND: Ref("monitoring.coreos.com/v1", "podmonitors"),
+    conventions.PROMETHEUS_RULE_KIND: Ref("monitoring.coreos.com/v1", "prometheusrules"),  # monitoring.alerts
     # deployctl's own resource: a profile as an object, reconciled by `deployctl controller`.
     "InferenceProfile": Ref("deployctl.dev/v1", "inferenceprofiles"),
     # What InferenceProfiles may use, as the cluster admin says (orchestrator/policy/model.py).
@@ -75,10 +76,10 @@ KINDS: dict[str, Ref] = {
 # goes through them. A test holds it equal to what the templates render.
 RELEASE_KINDS: tuple[str, ...] = (
     "Deployment", "Service", "ServiceAccount", "PodDisruptionBudget", "NetworkPolicy",
-    *conventions.GROUP_KINDS, conventions.POD_MONITOR_KIND,
+    *conventions.GROUP_KINDS, *conventions.MONITORING_KINDS,
 )  # fmt: skip
 # Release kinds whose CRD a cluster may lack: a release that never rendered one has none to list.
-OPTIONAL_KINDS: tuple[str, ...] = (*conventions.GROUP_KINDS, conventions.POD_MONITOR_KIND)
+OPTIONAL_KINDS: tuple[str, ...] = (*conventions.GROUP_KINDS, *conventions.MONITORING_KINDS)
 # The release kinds every profile renders.
 CORE_KINDS: tuple[str, ...] = tuple(k for k in RELEASE_KINDS if k not in OPTIONAL_KINDS)
 # The order render gives them, and apply follows: the NetworkPolicy before the first pod, the

@@ -13,18 +13,18 @@ from __future__ import annotations
 import hashlib
 import json
 import pathlib
-import re
 from collections.abc import Callable, Mapping
 from typing import Annotated, Literal
 
 import pydantic
 from pydantic import Field, PrivateAttr
 
-from orchestrator import conventions, engines, errors, user_files
+from orchestrator import engines, errors, user_files
 from orchestrator.profile import base as profile_base
 from orchestrator.profile import engine as profile_engine
 from orchestrator.profile import errors as profile_errors
 from orchestrator.profile import gate_auth, gate_endpoint, slo, strictyaml
+from orchestrator.profile import monitoring as profile_monitoring
 from orchestrator.profile import placement as profile_placement
 from orchestrator.profile import pod as profile_pod
 from orchestrator.profile import warmup as profile_warmup
@@ -208,37 +208,6 @@ class AirgapSpec(_Model):
         return v
 
 
-_PROMETHEUS_DURATION = re.compile(conventions.PROMETHEUS_DURATION)
-
-
-def _prometheus_duration(v: str) -> str:
-    if not v or not _PROMETHEUS_DURATION.match(v):
-        raise ValueError(f"{v!r} is not a Prometheus duration; write it as 30s, 1m or 1m30s")
-    return v
-
-
-class PodMonitorSpec(_Model):
-    enabled: bool = Field(
-        default=False,
-        description="Render a Prometheus Operator PodMonitor that scrapes the engine's metrics path on the API "
-        "port. Off by default: its CRD (monitoring.coreos.com/v1) exists only where the operator is installed.",
-    )
-    interval: Annotated[str, pydantic.AfterValidator(_prometheus_duration)] = Field(
-        default="30s", description="Scrape interval, a Prometheus duration (15s, 1m, 1m30s)."
-    )
-    labels: profile_base.UserLabels = Field(
-        default_factory=dict,
-        description="Extra labels on the PodMonitor: what your Prometheus' podMonitorSelector matches "
-        "(kube-prometheus-stack: `release: <its release name>`).",
-    )
-
-
-class MonitoringSpec(_Model):
-    podMonitor: PodMonitorSpec = Field(
-        default_factory=PodMonitorSpec, description="The Prometheus Operator PodMonitor for the engine's metrics."
-    )
-
-
 class Profile(_Model):
     apiVersion: Literal["deployctl/v1"] = Field(description="Schema version of the profile.")
     kind: Literal["InferenceProfile"] = Field(description="Always InferenceProfile.")
@@ -252,7 +221,10 @@ class Profile(_Model):
     rollout: RolloutSpec = Field(default_factory=RolloutSpec, description="How a new revision replaces the old.")
     gate: GateSpec = Field(default_factory=GateSpec, description="What a revision must pass to be kept.")
     airgap: AirgapSpec = Field(default_factory=AirgapSpec, description="Offline and egress settings.")
-    monitoring: MonitoringSpec = Field(default_factory=MonitoringSpec, description="Prometheus scraping.")
+    monitoring: profile_monitoring.MonitoringSpec = Field(
+        default_factory=profile_monitoring.MonitoringSpec,
+        description="Prometheus scraping, the release's alerts and its Grafana dashboard.",
+    )
 
     @pydantic.field_validator("engine")
     @classmethod

@@ -180,6 +180,43 @@ class PodMonitorValues(_Values):
     )
 
 
+class PrometheusRuleValues(_Values):
+    enabled: bool = Field(
+        default=False,
+        description="Render a Prometheus Operator PrometheusRule (monitoring.coreos.com/v1) with the release's "
+        "alerts; needs podMonitor (the rules select series by its labels).",
+    )
+    labels: dict[str, str] = Field(
+        default_factory=dict,
+        description="Extra labels on the PrometheusRule, for the Prometheus' ruleSelector (e.g. `release: "
+        "kube-prometheus-stack`).",
+    )
+    annotations: dict[str, str] = Field(
+        default_factory=dict,
+        description="Annotations deployctl sets: the metric table the rules were written for, and the alerts the "
+        "engine has no metric for.",
+    )
+    # Written by deployctl, not by hand: the queries name the series of the engine version's metric
+    # table, which a Go template cannot look up.
+    groups: list[dict[str, object]] = Field(
+        default_factory=list, description="The rule groups, as `deployctl render --format rules` prints them."
+    )
+
+
+class DashboardValues(_Values):
+    enabled: bool = Field(
+        default=False,
+        description="Render the release's Grafana dashboard as a ConfigMap for Grafana's dashboard sidecar.",
+    )
+    labels: dict[str, str] = Field(
+        default_factory=dict, description='Extra labels on the ConfigMap, beside `grafana_dashboard: "1"`.'
+    )
+    content: str = Field(
+        default="",
+        description="The dashboard's JSON model, as `deployctl render --format dashboard` writes it.",
+    )
+
+
 # The Kubernetes objects a profile passes to the engine pods as they are: the descriptions of
 # Values' four lists of them.
 _FROM_PROFILE = {
@@ -272,3 +309,7 @@ class Values(_Values):
     podMonitor: PodMonitorValues = Field(
         default_factory=PodMonitorValues, description="A Prometheus Operator PodMonitor for the engine's metrics."
     )
+    prometheusRule: PrometheusRuleValues = Field(
+        default_factory=PrometheusRuleValues, description="A Prometheus Operator PrometheusRule: the release's alerts."
+    )
+    dashboard: DashboardValues = Field(default_factory=DashboardValues, description="The release's Grafana dashboard.")

@@ -24,7 +24,7 @@ from orchestrator import conventions, errors, yaml_text
 from orchestrator.plan import planner
 from orchestrator.profile import base as profile_base
 from orchestrator.profile import model as profiles
-from orchestrator.render import chart_values, resolve
+from orchestrator.render import alerts, chart_values, dashboard, resolve
 
 CHART_NAME = "vllm-inference"  # also app.kubernetes.io/name, as in a chart made by `helm create`
 MANAGED_BY = conventions.MANAGED_BY  # the Helm chart writes the same, so both renders carry equal labels
@@ -52,6 +52,7 @@ RAY_OVERWRITE_CMD_ANNOTATION = "ray.io/overwrite-container-cmd"
 _RBAC_TEMPLATE = "rbac/deployctl.yaml.j2"
 # Last: it only tells Prometheus where the pods are (profile monitoring.podMonitor).
 _PODMONITOR_TEMPLATE = "podmonitor.yaml.j2"
+_PROMETHEUSRULE_TEMPLATE = "prometheusrule.yaml.j2"  # profile monitoring.alerts
 
 
 # --- templates -------------------------------------------------------------------------------------
@@ -90,6 +91,7 @@ def render(
         "copy_label": conventions.COPY_LABEL,
         "role_label": conventions.GROUP_ROLE_LABEL,
         "ray_overwrite_annotation": RAY_OVERWRITE_CMD_ANNOTATION,
+        "target_labels": list(alerts.TARGET_POD_LABELS),
     }
     objects: list[dict[str, Any]] = []
     for template in _WORKLOAD_TEMPLATES:
@@ -98,10 +100,25 @@ def render(
     objects.extend(_render_template(_COPY_TEMPLATES[values["group"]["engine"]], context))
     if values["podMonitor"]["enabled"]:
         objects.extend(_render_template(_PODMONITOR_TEMPLATE, context))
+    if values["prometheusRule"]["enabled"]:
+        objects.extend(_render_template(_PROMETHEUSRULE_TEMPLATE, context))
     if plan.verdict != "fits":
         for obj in objects:
             obj["metadata"].setdefault("annotations", {})[conventions.FIT_VERDICT_ANNOTATION] = _verdict_text(plan)
     return objects
+
+
+def rules(profile: profiles.Profile, plan: planner.Plan) -> dict[str, Any]:
+    """The release's alerts as a Prometheus rule file (``groups:``): `render --format rules`, for
+    promtool and a Prometheus without the operator. The same groups as the PrometheusRule's."""
+    return alerts.rule_file(profile, resolve.startup_allowed(profile, plan))
+
+
+def dashboard_objects(profile: profiles.Profile, plan: planner.Plan) -> list[dict[str, Any]]:
+    """The dashboard's ConfigMap, labelled as the chart labels it: `render --format dashboard`."""
+    resolved = resolve.values(profile, plan, None)
+    labels = {**profile.monitoring.dashboard.labels, **_labels(resolved)}
+    return [dashboard.config_map(profile, labels)]
 
 
 def _verdict_text(plan: planner.Plan) -> str:
@@ -120,11 +137,12 @@ def rbac(
 
     Returns the ServiceAccount, Role, RoleBinding, ClusterRole and ClusterRoleBinding. With
     ``api_key_secret`` (the profile's gate.apiKeySecret name) the Role may also get that Secret.
-    ``kinds``: the kinds the profile renders; the Role writes RayClusters, LeaderWorkerSets and
-    PodMonitors only when they are among them. None: all three (a Role for any profile). ``warmup``:
+    ``kinds``: the kinds the profile renders; the Role writes RayClusters, LeaderWorkerSets and the
+    Prometheus Operator's kinds only when they are among them. None: all of them (a Role for any
+    profile). ``warmup``:
     the profile runs a warm-up (rollout.warmup), which creates and deletes pods; None: as for any profile.
     """
-    some = {*conventions.GROUP_KINDS, conventions.POD_MONITOR_KIND}  # the kinds only some profiles render
+    some = {*conventions.GROUP_KINDS, *conventions.MONITORING_KINDS}  # the kinds only some profiles render
     optional = some if kinds is None else set(kinds) & some
     values = {
         "namespace": namespace,

@@ -24,7 +24,7 @@ from orchestrator.profile import engine as profile_engine
 from orchestrator.profile import model as profiles
 from orchestrator.profile import pod as profile_pod
 from orchestrator.profile import weights as profile_weights
-from orchestrator.render import chart_values, compile_cache
+from orchestrator.render import alerts, chart_values, compile_cache, dashboard
 
 # Pod Security "restricted" needs a non-root user. The official image has none (it runs as
 # root), so we pick a numeric uid, which the kubelet can check without reading /etc/passwd,
@@ -83,7 +83,7 @@ def values(profile: profiles.Profile, plan: planner.Plan, strategy: Mapping[str,
         resources=_resources(engine, profile.gpus_per_pod),
         shmSizeLimit=engine.shmSize or ("16Gi" if profile.gpus_per_pod > 1 else "1Gi"),
         startupProbe=_probe(
-            probe, timeout=5, failures=math.ceil(_startup_allowed(profile, plan) / PROBE_PERIOD_SECONDS)
+            probe, timeout=5, failures=math.ceil(startup_allowed(profile, plan) / PROBE_PERIOD_SECONDS)
         ),
         readinessProbe=_probe(probe, timeout=5, failures=3),
         livenessProbe=_probe(probe, timeout=10, failures=6, period=30),
@@ -107,8 +107,30 @@ def values(profile: profiles.Profile, plan: planner.Plan, strategy: Mapping[str,
         podMonitor=chart_values.PodMonitorValues(
             path=engine.engine.metrics_path, **profile.monitoring.podMonitor.model_dump()
         ),
+        prometheusRule=_prometheus_rule(profile, plan),
+        dashboard=_dashboard(profile),
     )
     return _with_copies(values, profile)
+
+
+def _prometheus_rule(profile: profiles.Profile, plan: planner.Plan) -> chart_values.PrometheusRuleValues:
+    if not profile.monitoring.alerts.enabled:
+        return chart_values.PrometheusRuleValues()
+    rule = alerts.prometheus_rule(profile, startup_allowed(profile, plan), {}, profile.metadata.name)
+    return chart_values.PrometheusRuleValues(
+        enabled=True,
+        labels=_sorted(profile.monitoring.alerts.labels),
+        annotations=rule["metadata"]["annotations"],
+        groups=rule["spec"]["groups"],
+    )
+
+
+def _dashboard(profile: profiles.Profile) -> chart_values.DashboardValues:
+    if not profile.monitoring.dashboard.enabled:
+        return chart_values.DashboardValues()
+    return chart_values.DashboardValues(
+        enabled=True, labels=_sorted(profile.monitoring.dashboard.labels), content=dashboard.text(profile)
+    )
 
 
 def _server(profile: profiles.Profile, plan: planner.Plan) -> chart_values.ServerValues:
@@ -143,7 +165,7 @@ def _resources(engine: profile_engine.EngineSpec, gpus_per_pod: int) -> dict[str
     }
 
 
-def _startup_allowed(profile: profiles.Profile, plan: planner.Plan) -> int:
+def startup_allowed(profile: profiles.Profile, plan: planner.Plan) -> int:
     """Seconds the startup probe allows: the load, and for a copy across nodes the workers' joining first."""
     startup = startup_seconds(profile, plan)
     if profile.multi_node:
