@@ -65,6 +65,16 @@ def prometheus_label(pod_label: str) -> str:
     return re.sub(r"[^a-zA-Z0-9_]", "_", pod_label)
 
 
+_DURATION_UNITS = {"y": 365 * 86400, "w": 7 * 86400, "d": 86400, "h": 3600, "m": 60, "s": 1, "ms": 0.001}
+
+
+def prometheus_seconds(duration: str) -> float:
+    """Seconds in a Prometheus duration (``1m30s`` → 90.0); ValueError when it is not one."""
+    if not duration or not re.fullmatch(PROMETHEUS_DURATION, duration):
+        raise ValueError(f"{duration!r} is not a Prometheus duration; write it as 30s, 1m or 1m30s")
+    return float(sum(float(n) * _DURATION_UNITS[unit] for n, unit in re.findall(r"(\d+)(ms|[ywdhms])", duration)))
+
+
 GPU_RESOURCE = "nvidia.com/gpu"
 GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"  # set by NVIDIA GPU Feature Discovery
 

@@ -674,7 +674,8 @@ def test_the_page_that_calls_the_crd_unchanged_since_0_1_0_is_right() -> None:
     assert "differs from 0.1.0's in descriptions only" in text, "the page no longer says how the CRD changed"
     said = (
         "it adds `model.measured`, `engine.loadFormat`, `engine.loadStreamer`, `engine.skipMemoryProfiling`, "
-        "`engine.compileCache`, `model.verify`, `rollout.warmup`, `monitoring.alerts` and `monitoring.dashboard`, "
+        "`engine.compileCache`, `model.verify`, `rollout.warmup`, `rollout.canary`, `monitoring.alerts` and "
+        "`monitoring.dashboard`, "
         "the `model.weightsDtype` values "
         "`mxfp4` and `nvfp4`, and the new catalog keys"
     )
@@ -690,6 +691,7 @@ def test_the_page_that_calls_the_crd_unchanged_since_0_1_0_is_right() -> None:
         f"{engine}/compileCache",
         f"{model}/verify",
         "/spec/versions/0/schema/openAPIV3Schema/properties/spec/properties/rollout/properties/warmup",
+        "/spec/versions/0/schema/openAPIV3Schema/properties/spec/properties/rollout/properties/canary",
         "/spec/versions/0/schema/openAPIV3Schema/properties/spec/properties/monitoring/properties/alerts",
         "/spec/versions/0/schema/openAPIV3Schema/properties/spec/properties/monitoring/properties/dashboard",
         f"{model}/measured",

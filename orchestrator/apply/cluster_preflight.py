@@ -67,11 +67,28 @@ def run(
     report(
         "preflight", f"strategy: {verdict.strategy_name}" + (" (downtime: no spare GPUs)" if verdict.downtime else "")
     )
+    if verdict.canary_mode:
+        mode = verdict.canary_mode
+        report("preflight", f"canary: {CANARY_PLACES[mode]} ({_CANARY_WHY[mode]})")
     with_strategy(objects, verdict.strategy)
     found, adopted = confine.before_writing(name, namespace, objects, kube.get, "the rendered profile", adopt)
     if adopted:
         report("preflight", f"adopting {', '.join(e.describe() for e in adopted)} (--adopt)")
     return dataclasses.replace(checked, found=found, adopted=adopted)
+
+
+# Where preflight puts rollout.canary's copies (preflight.Preflight.canary_mode), and why.
+CANARY_PLACES = {"beside": "beside the stable copies", "replace": "in place of stable copies, step by step"}
+_CANARY_WHY = {
+    "beside": "the cluster has room for the largest step's copies",
+    "replace": "no room for a copy beside them",
+}
+CANARY_NOT_RUN = (
+    "rollout.canary is validated and placed by preflight (`deployctl apply --dry-run` says whether its copies go "
+    "beside the stable ones or in their place), but this deployctl does not run canary steps yet, and deploying "
+    "every copy at once would ignore what the profile asks. Nothing was written. Remove rollout.canary to deploy "
+    "behind the smoke gate alone"
+)
 
 
 def with_strategy(objects: list[dict[str, Any]], strategy: Mapping[str, object]) -> None:

@@ -59,11 +59,12 @@ def apply(profile: Profile, profile_text: str, options: sequence.Options, report
     with timings.phase("preflight"):
         checked = cluster_preflight.run(kube, profile, plan, options.keys, report, adopt=options.adopt)
     check, objects = checked.verdict, checked.objects
-    if check.refusal:
-        refused = Failure("preflight", check.refusal, "preflight")
-        return Outcome(
-            "refused", name, namespace, check.refusal, failure=refused, timings=timings, warnings=check.warnings
-        )
+    # A canary is validated and placed by preflight, not yet run: deploying every copy at once
+    # instead would ignore what the profile asked for.
+    canary = profile.rollout.canary is not None and not options.dry_run
+    if (refusal := check.refusal or (cluster_preflight.CANARY_NOT_RUN if canary else None)) is not None:
+        refused = Failure("preflight", refusal, "preflight")
+        return Outcome("refused", name, namespace, refusal, failure=refused, timings=timings, warnings=check.warnings)
     if options.dry_run:
         return _dry_run(kube, profile, objects, check, options, timings)
     applyset.ensure_namespace(kube, namespace, options.create_namespace)  # the lock's Lease lives there
@@ -178,6 +179,7 @@ def _dry_run(
     message = (
         f"would deploy {name} with strategy {check.strategy_name}"
         + (" (downtime)" if check.downtime else "")
+        + (f", its canary {cluster_preflight.CANARY_PLACES[check.canary_mode]}" if check.canary_mode else "")
         + f" on {len(check.eligible_nodes)} eligible node(s) ({', '.join(check.eligible_nodes[:4])}"
         + (", …" if len(check.eligible_nodes) > 4 else "")
         + f"): {'; '.join(changed) if changed else 'no object changes'}. Nothing was written (--dry-run)"

@@ -62,6 +62,9 @@ class Preflight:
     downtime: bool  # the update leaves no replica serving for a while
     warnings: list[str]
     refusal: str | None  # one paragraph: the need, the best candidates and the fix
+    # rollout.canary on an update that replaces pods: "beside" (the canary's copies start beside the
+    # stable ones), "replace" (each step replaces stable copies: no room beside); "" otherwise.
+    canary_mode: str = ""
 
     def to_json(self) -> dict[str, object]:
         return {
@@ -76,6 +79,7 @@ class Preflight:
             "downtime": self.downtime,
             "warnings": self.warnings,
             "refusal": self.refusal,
+            "canary_mode": self.canary_mode,
         }
 
 
@@ -117,9 +121,10 @@ def check(
             f"only {capacity} of {replicas} replicas can be scheduled now; the rest will stay Pending until "
             f"GPUs free up on {refusals.name_list(r.name for r in eligible)}"
         )
-    choice = _strategy(prof, eligible, spare, deployment_exists)
+    choice, canary_mode = _canary(prof, _strategy(prof, eligible, spare, deployment_exists), spare, deployment_exists)
     domains = {_ALL: [r.name for r in eligible]}
-    return _verdict(prof, reports, domains, (spare, capacity), choice, refusal, warnings)
+    verdict = _verdict(prof, reports, domains, (spare, capacity), choice, refusal, warnings)
+    return dataclasses.replace(verdict, canary_mode=canary_mode)
 
 
 def _verdict(
@@ -156,6 +161,33 @@ def _verdict(
         warnings=warnings,
         refusal=refusal,
     )
+
+
+def _canary(prof: profile.Profile, choice: _Choice, spare: int, replaces: bool) -> tuple[_Choice, str]:
+    """The strategy as rollout.canary changes it, and where the canary's copies go on an update that
+    replaces pods: "beside" the stable copies when the cluster has room for the largest step (the
+    canary copies serve while the stable ones are replaced at promotion, so no strategy takes the
+    release offline), else "replace" stable copies step by step, which a single copy cannot afford
+    without rollout.allowDowntime (the refusal says so, before any write)."""
+    canary = prof.rollout.canary
+    if canary is None or not replaces:
+        return choice, ""
+    name, _, _ = choice
+    replicas = prof.rollout.replicas
+    if spare >= max(step.canary_copies(replicas) for step in canary.steps):
+        return (name, False, None), "beside"
+    if replicas > 1:
+        return choice, "replace"
+    if prof.rollout.allowDowntime:
+        return (name, True, None), "replace"
+    unit = "copy" if prof.multi_node else "pod"
+    refusal = (
+        f"rollout.canary on {prof.metadata.name}: the cluster has no room for a canary {unit} beside the only "
+        f"one ({prof.gpus_per_pod} free GPUs on an eligible node{' for each of its pods' if prof.multi_node else ''}), "
+        "so the canary would replace it and nothing would serve while it loads. Free the GPUs for one more "
+        "copy, run rollout.replicas: 2 or more, or set rollout.allowDowntime: true to accept the outage."
+    )
+    return (name, True, refusal), "replace"
 
 
 # --- copies that span nodes -------------------------------------------------------------------
@@ -218,9 +250,12 @@ def _check_groups(
             f"free up on {refusals.name_list(r.name for r in eligible)}, and the pods of a partly scheduled copy "
             "hold their GPUs meanwhile"
         )
-    choice = _group_strategy(prof, domains, spare_by_domain, deployment_exists and bool(domains))
+    replaces = deployment_exists and bool(domains)
+    spare = sum(spare_by_domain.values())
+    choice, canary_mode = _canary(prof, _group_strategy(prof, domains, spare_by_domain, replaces), spare, replaces)
     named = {d: [r.name for r in rs] for d, rs in domains.items()}
-    return _verdict(prof, reports, named, (sum(spare_by_domain.values()), capacity), choice, refusal, warnings)
+    verdict = _verdict(prof, reports, named, (spare, capacity), choice, refusal, warnings)
+    return dataclasses.replace(verdict, canary_mode=canary_mode)
 
 
 def _group_strategy(

@@ -21,6 +21,7 @@ from pydantic import Field, PrivateAttr
 
 from orchestrator import engines, errors, user_files
 from orchestrator.profile import base as profile_base
+from orchestrator.profile import canary as profile_canary
 from orchestrator.profile import engine as profile_engine
 from orchestrator.profile import errors as profile_errors
 from orchestrator.profile import gate_auth, gate_endpoint, slo, strictyaml
@@ -96,6 +97,12 @@ class RolloutSpec(_Model):
         le=100,
         description="Old ReplicaSets the Deployment keeps (`revisionHistoryLimit`). deployctl's own release "
         "records are never pruned: the audit chain needs every one.",
+    )
+    canary: profile_canary.CanarySpec | None = Field(
+        default=None,
+        exclude_if=lambda value: value is None,
+        description="Serve the new revision on a few copies first and judge it on live traffic against the "
+        "stable copies, step by step, before every copy moves (docs/canary.md).",
     )
     warmup: profile_warmup.WarmupSpec | None = Field(
         default=None,
@@ -249,6 +256,13 @@ class Profile(_Model):
                 "nodes: set rollout.warmup.enabled: true (or remove model.verify)",
             )
         return v
+
+    @pydantic.model_validator(mode="after")
+    def _canary_fits_the_release(self) -> Profile:
+        if self.rollout.canary is not None:
+            group_engine = self.placement.groupEngine if self.multi_node else None
+            self.rollout.canary.check_release(self.rollout.replicas, group_engine, self.monitoring.podMonitor)
+        return self
 
     _base_dir: pathlib.Path = PrivateAttr(default_factory=pathlib.Path.cwd)
     _lines: dict[tuple[str | int, ...], int] = PrivateAttr(default_factory=dict)

@@ -5,7 +5,6 @@
 
 from __future__ import annotations
 
-import re
 from typing import Annotated
 
 import pydantic
@@ -14,13 +13,14 @@ from pydantic import Field
 from orchestrator import conventions
 from orchestrator.profile import base as profile_base
 
-_PROMETHEUS_DURATION = re.compile(conventions.PROMETHEUS_DURATION)
-
 
 def _prometheus_duration(v: str) -> str:
-    if not v or not _PROMETHEUS_DURATION.match(v):
-        raise ValueError(f"{v!r} is not a Prometheus duration; write it as 30s, 1m or 1m30s")
+    conventions.prometheus_seconds(v)  # the ValueError says how to write one
     return v
+
+
+# A Prometheus duration (15s, 1m, 1m30s), as the operator's CRDs take it; the canary's windows too.
+Duration = Annotated[str, pydantic.AfterValidator(_prometheus_duration)]
 
 
 class PodMonitorSpec(profile_base.Model):
@@ -29,9 +29,7 @@ class PodMonitorSpec(profile_base.Model):
         description="Render a Prometheus Operator PodMonitor that scrapes the engine's metrics path on the API "
         "port. Off by default: its CRD (monitoring.coreos.com/v1) exists only where the operator is installed.",
     )
-    interval: Annotated[str, pydantic.AfterValidator(_prometheus_duration)] = Field(
-        default="30s", description="Scrape interval, a Prometheus duration (15s, 1m, 1m30s)."
-    )
+    interval: Duration = Field(default="30s", description="Scrape interval, a Prometheus duration (15s, 1m, 1m30s).")
     labels: profile_base.UserLabels = Field(
         default_factory=dict,
         description="Extra labels on the PodMonitor: what your Prometheus' podMonitorSelector matches "

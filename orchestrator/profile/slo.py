@@ -47,6 +47,12 @@ METRIC_NAMES = (
 # Not the benchmark's: the revision's time from the write to the smoke run's first token, which
 # verify measures around the gate (orchestrator.apply.time_to_serving) and judges with the same SLO language.
 SERVING_METRIC = "time_to_serving_s"
+# What live traffic measures from an engine's own histograms and counters, in the same names: the
+# canary's analysis judges these (its ratios to the stable copies, and the SLOs above among them).
+LIVE_METRICS = (
+    *(f"{stat}_{latency}_ms" for latency in ("ttft", "itl", "e2el") for stat in ("median", "p95", "p99")),
+    "error_rate",
+)
 SLO_METRICS = (*METRIC_NAMES, SERVING_METRIC)
 
 
