@@ -15,6 +15,7 @@ tests/test_observability.py; here promtool also parses each of them.
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import urllib.error
 import urllib.request
@@ -74,25 +75,35 @@ def recorded(sim: Any, path: str) -> dict[str, exposition.Family]:
         return exposition.parse(answer.read().decode())
 
 
+def samples(families: dict[str, exposition.Family]) -> list[tuple[exposition.Family, exposition.Sample]]:
+    return [(family, sample) for family in families.values() for sample in family.samples]
+
+
 def input_series(
-    families: dict[str, exposition.Family], overrides: dict[str, str], copies_up: int
+    families: dict[str, exposition.Family], overrides: dict[str, str], *, flat: bool = False
 ) -> list[dict[str, str]]:
-    """Each recorded sample as a promtool input series of MINUTES one-minute steps, as the PodMonitor labels it."""
+    """Each recorded sample as a promtool input series of MINUTES one-minute steps, labelled as the
+    PodMonitor labels it on pod llm-0: a counter grows by its recorded value each minute (``flat``:
+    holds it, a server that stopped), a gauge holds its value; ``overrides`` gives a family's values."""
     out = []
-    for family in families.values():
-        for sample in family.samples:
-            labels = {**sample.labels, "namespace": NAMESPACE, "deployctl_dev_release": RELEASE, "pod": "llm-0"}
-            if "le" in labels:  # Prometheus 3 stores bucket bounds in float form
-                labels["le"] = _float_form(labels["le"])
-            grows = family.kind == "counter" or sample.name.endswith(("_bucket", "_count", "_sum"))
-            values = overrides.get(family.name) or (
-                f"0+{sample.value:g}x{MINUTES}" if grows else f"{sample.value:g}x{MINUTES}"
-            )
-            out.append({"series": _series(sample.name, labels), "values": values})
-    for index in range(copies_up):
-        labels = {"namespace": NAMESPACE, "deployctl_dev_release": RELEASE, "pod": f"llm-{index}"}
-        out.append({"series": _series("up", labels), "values": f"1x{MINUTES}"})
+    for family, sample in samples(families):
+        labels = {**sample.labels, "namespace": NAMESPACE, "deployctl_dev_release": RELEASE, "pod": "llm-0"}
+        if "le" in labels:  # Prometheus 3 stores bucket bounds in float form
+            labels["le"] = _float_form(labels["le"])
+        grows = not flat and (family.kind == "counter" or sample.name.endswith(("_bucket", "_count", "_sum")))
+        values = overrides.get(family.name) or (
+            f"0+{sample.value:g}x{MINUTES}" if grows else f"{sample.value:g}x{MINUTES}"
+        )
+        out.append({"series": _series(sample.name, labels), "values": values})
     return out
+
+
+def up(states: dict[str, str]) -> list[dict[str, str]]:
+    """Prometheus' `up` of each pod, in promtool's notation ('1x40', '0x40', '_x5 0x10 1x25')."""
+    return [
+        {"series": _series("up", {"namespace": NAMESPACE, "deployctl_dev_release": RELEASE, "pod": pod}), "values": v}
+        for pod, v in states.items()
+    ]
 
 
 def _float_form(bound: str) -> str:
@@ -104,8 +115,37 @@ def _series(name: str, labels: dict[str, str]) -> str:
     return f'{{__name__="{name}",{inside}}}'
 
 
-def firing(tmp_path: Path, rules: dict[str, Any], series: list[dict[str, str]], expected: dict[str, bool]) -> None:
-    """promtool test rules: at the end of the replay, each alert of ``expected`` fires or stays silent.
+def matches(labels: dict[str, str], matchers: str) -> bool:
+    """Whether a sample's labels meet a metric table's PromQL matchers (=, !=, =~, !~)."""
+    for name, op, value in re.findall(r'([A-Za-z_][A-Za-z0-9_]*)\s*(=~|!~|!=|=)\s*"((?:[^"\\]|\\.)*)"', matchers):
+        have = labels.get(name, "")
+        hit = have == value if op in ("=", "!=") else re.fullmatch(value, have) is not None
+        if hit == (op in ("!=", "!~")):
+            return False
+    return True
+
+
+def without_successes(families: dict[str, exposition.Family], table: metric_table.MetricTable) -> None:
+    """Drop what a server that never answered well would not have: engines create a counter's series
+    at its first increment, so there is no success series at all, not one at zero."""
+    succeeded, failed = table.role("succeeded"), table.role("failed")
+    assert succeeded is not None and failed is not None
+    if succeeded.family.name == failed.family.name:
+        family = families[succeeded.family.name]
+        family.samples = [x for x in family.samples if matches(x.labels, failed.matchers)]
+    else:
+        families.pop(succeeded.family.name, None)  # the simulator's TGI mode already has none
+
+
+def firing(
+    tmp_path: Path,
+    rules: dict[str, Any],
+    series: list[dict[str, str]],
+    expected: dict[str, list[dict[str, str]]],
+    at: tuple[int, ...] = (MINUTES,),
+) -> None:
+    """promtool test rules: at each minute of ``at``, each alert of ``expected`` fires for exactly the
+    pods listed (``{}``: the release as a whole), or stays silent (``[]``).
 
     promtool compares annotations exactly, after expanding their templates with the alert's value;
     `check rules` has parsed those templates, so the replay compares labels only."""
@@ -115,17 +155,15 @@ def firing(tmp_path: Path, rules: dict[str, Any], series: list[dict[str, str]], 
             for g in rules["groups"]
         ]
     }
+    tmp_path.mkdir(exist_ok=True)
     (tmp_path / "rules.yaml").write_text(yaml.safe_dump(bare))
+    severity = {r["alert"]: r["labels"]["severity"] for g in rules["groups"] for r in g["rules"]}
     tests = []
-    for alert, fires in expected.items():
-        labels = {"namespace": NAMESPACE, "deployctl_dev_release": RELEASE}
-        labels["severity"] = next(
-            r["labels"]["severity"] for g in rules["groups"] for r in g["rules"] if r["alert"] == alert
-        )
-        if alert == "DeployctlKVCacheSaturated":
-            labels["pod"] = "llm-0"
-        exp = [{"exp_labels": labels}] if fires else []
-        tests.append({"eval_time": f"{MINUTES}m", "alertname": alert, "exp_alerts": exp})
+    for minute in at:
+        for alert, instances in expected.items():
+            base = {"namespace": NAMESPACE, "deployctl_dev_release": RELEASE, "severity": severity[alert]}
+            exp = [{"exp_labels": {**base, **extra}} for extra in instances]
+            tests.append({"eval_time": f"{minute}m", "alertname": alert, "exp_alerts": exp})
     unit = {
         "rule_files": ["rules.yaml"],
         "evaluation_interval": "1m",
@@ -151,25 +189,85 @@ def test_promtool_accepts_each_engines_rules_and_the_dashboards_queries(tmp_path
         assert parsed.returncode == 0, f"{expr}: {parsed.stderr}"
 
 
+def alert_names(rules: dict[str, Any]) -> set[str]:
+    return {r["alert"] for g in rules["groups"] for r in g["rules"]}
+
+
+WHOLE: list[dict[str, str]] = [{}]  # an alert about the release as a whole: no pod label
+THREE_UP = {"llm-0": f"1x{MINUTES}", "llm-1": f"1x{MINUTES}", "llm-2": f"1x{MINUTES}"}
+
+
 @pytest.mark.parametrize("engine", sorted(EXAMPLES))
-def test_recorded_healthy_traffic_fires_nothing_and_failing_traffic_pages(
+def test_recorded_traffic_pages_exactly_for_what_it_breaks(
     tmp_path: Path, simulator: Callable[..., Any], engine: str
 ) -> None:
     table = metric_table.table(engine, metric_table.versions(engine)[-1])
-    rules = rendered(tmp_path, EXAMPLES[engine], "gate.smoke.slo.p95_ttft_ms=<=1500", "rollout.replicas=2")
-    alerts = {r["alert"] for g in rules["groups"] for r in g["rules"]}
+    rules = rendered(tmp_path, EXAMPLES[engine], "gate.smoke.slo.p95_ttft_ms=<=1500", "rollout.replicas=3")
+    alerts = alert_names(rules)
+    silent: dict[str, list[dict[str, str]]] = {alert: [] for alert in alerts}
 
+    # Healthy traffic on three answering copies: nothing.
     healthy = recorded(simulator(model="m", ttft_ms=5, itl_ms=2, engine=engine), table.path)
-    quiet = input_series(healthy, {}, copies_up=2)
-    (tmp_path / "healthy").mkdir()
-    firing(tmp_path / "healthy", rules, quiet, {alert: False for alert in alerts})
+    firing(tmp_path / "healthy", rules, input_series(healthy, {}) + up(THREE_UP), silent)
 
-    failing = recorded(simulator(model="m", ttft_ms=2500, itl_ms=2, engine=engine, failure_rate=50, seed=3), table.path)
+    # Half the requests failing, a 2.5 s TTFT against a 1.5 s SLO, a full KV cache, a growing queue,
+    # and two of three pods not answering.
+    slow = simulator(model="m", ttft_ms=2500, itl_ms=2, engine=engine, failure_rate=50, seed=3)
+    failing = recorded(slow, table.path)
     overrides = {}
     if (kv := table.role("kv_usage")) is not None:
         overrides[kv.family.name] = f"0.99x{MINUTES}"
     if (waiting := table.role("waiting")) is not None:
         overrides[waiting.family.name] = f"1+1x{MINUTES}"
-    loud = input_series(failing, overrides, copies_up=1)
-    (tmp_path / "failing").mkdir()
-    firing(tmp_path / "failing", rules, loud, {alert: True for alert in alerts})
+    down = {"llm-0": f"1x{MINUTES}", "llm-1": f"0x{MINUTES}", "llm-2": f"0x{MINUTES}"}
+    expected = {
+        "DeployctlErrorRateHigh": WHOLE,
+        "DeployctlTTFTP95OverSLO": WHOLE,
+        "DeployctlKVCacheSaturated": [{"pod": "llm-0"}],
+        "DeployctlQueueGrowing": WHOLE,
+        "DeployctlPodNotAnswering": [{"pod": "llm-1"}, {"pod": "llm-2"}],
+        "DeployctlCopiesMissing": WHOLE,
+        "DeployctlNoProgress": [],  # tokens keep coming out
+    }
+    firing(tmp_path / "failing", rules, input_series(failing, overrides) + up(down), _only(expected, alerts))
+
+    # Every request failing: the engine never created a success series, and the ratio still reads 1.
+    if "DeployctlErrorRateHigh" in alerts:
+        broken = recorded(simulator(model="m", engine=engine, failure_rate=100, seed=3), table.path)
+        without_successes(broken, table)
+        firing(
+            tmp_path / "all-failing",
+            rules,
+            input_series(broken, {}) + up(THREE_UP),
+            {"DeployctlErrorRateHigh": WHOLE},
+        )
+
+    # Wedged: requests wait and run, nothing comes out, no request ends, every pod answers.
+    if "DeployctlNoProgress" in alerts:
+        held = {role.family.name: f"3x{MINUTES}" for r in ("waiting", "running") if (role := table.role(r))}
+        wedged = input_series(healthy, held, flat=True) + up(THREE_UP)
+        firing(tmp_path / "wedged", rules, wedged, {**silent, "DeployctlNoProgress": WHOLE})
+
+
+def _only(expected: dict[str, list[dict[str, str]]], alerts: set[str]) -> dict[str, list[dict[str, str]]]:
+    """The expectations of the alerts this engine's rules have, and every other alert silent."""
+    return {alert: expected.get(alert, []) for alert in alerts}
+
+
+def test_a_rolling_update_one_copy_at_a_time_never_pages_and_a_pod_that_stays_down_does(tmp_path: Path) -> None:
+    rules = rendered(tmp_path, EXAMPLES["vllm"], "rollout.replicas=3")
+    copies = {r["alert"]: r for g in rules["groups"] for r in g["rules"] if r["alert"].startswith("DeployctlPod")}
+    load = int(copies["DeployctlPodNotAnswering"]["for"].removesuffix("m")) - 6  # well inside the allowance
+    # Old pods a, b, c leave one at a time; each replacement answers after `load` minutes.
+    steps = {}
+    for index, pod in enumerate("abc"):
+        leaves = 2 + index * (load + 1)
+        steps[f"llm-{pod}"] = f"1x{leaves} stale"
+        steps[f"llm-{pod}2"] = f"_x{leaves} 0x{load} 1x{MINUTES * 2}"
+    quiet = {"DeployctlPodNotAnswering": [], "DeployctlCopiesMissing": []}
+    horizon = 2 + 3 * (load + 1) + 5
+    firing(tmp_path / "rollout", rules, up(steps), quiet, at=tuple(range(5, horizon, 5)))
+    # The same, but the first replacement never answers: that pod pages once it has had its allowance.
+    steps["llm-a2"] = f"_x2 0x{MINUTES * 2}"
+    stuck = {"DeployctlPodNotAnswering": [{"pod": "llm-a2"}], "DeployctlCopiesMissing": []}
+    firing(tmp_path / "stuck", rules, up(steps), stuck, at=(horizon,))

@@ -140,7 +140,7 @@ def test_the_alerts_pass_the_operators_schema_hold_the_rendered_rules_and_go_whe
     assert rule["metadata"]["labels"]["release"] == "kube-prometheus-stack"
     assert rule["metadata"]["annotations"]["deployctl.dev/metric-table"].startswith("vllm ")
     alerts = [r["alert"] for g in rule["spec"]["groups"] for r in g["rules"]]
-    assert {"DeployctlErrorRateHigh", "DeployctlCopyNotServing", "DeployctlKVCacheSaturated"} <= set(alerts), alerts
+    assert {"DeployctlErrorRateHigh", "DeployctlCopiesMissing", "DeployctlKVCacheSaturated"} <= set(alerts), alerts
     (monitor,) = _pod_monitors(env)
     assert monitor["spec"]["podTargetLabels"] == ["deployctl.dev/release", "deployctl.dev/track"]
 

@@ -13,11 +13,12 @@ import yaml
 from click.testing import CliRunner
 
 from orchestrator import engines, errors
+from orchestrator.apply import confine
 from orchestrator.cli import app as cli
 from orchestrator.engines import metric_table
 from orchestrator.plan import planner
 from orchestrator.profile import model as profile
-from orchestrator.render import alerts, dashboard, manifests, resolve
+from orchestrator.render import alerts, dashboard, manifests, promql, resolve
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 EXAMPLES = {"vllm": "prod-tp4.yaml", "sglang": "sglang-tp4.yaml", "tgi": "tgi-tp4.yaml", "trtllm": "trtllm-tp4.yaml"}
@@ -59,13 +60,13 @@ def test_every_engine_version_deployctl_checks_flags_for_has_a_metric_table() ->
 @pytest.mark.parametrize("engine", sorted(EXAMPLES))
 def test_every_query_names_only_series_the_engine_versions_table_has(engine: str) -> None:
     prof = load(engine)
-    table = alerts.scope(prof).table
+    table = promql.scope(prof).table
     model = dashboard.dashboard(prof)
     expressions = dashboard.queries(model) + [rule["expr"] for rule in rules_of(prof).values()]
     assert selected_names(expressions) <= table.names() | {"up"}, engine
     for expr in expressions:  # every series of the release, none of another
-        for selector in re.findall(r"\{[^}]*\}", expr):
-            assert f'namespace="{prof.metadata.namespace}"' in selector and "deployctl_dev_release=" in selector, expr
+        assert promql.confined(expr, prof.metadata.namespace, prof.metadata.name) == [], expr
+        assert promql.confined(expr, prof.metadata.namespace, "another") != [], expr
 
 
 def test_the_vllm_dashboard_has_each_panel_an_operator_looks_for_and_the_rollout_annotation() -> None:
@@ -111,23 +112,29 @@ def test_an_engine_without_a_metric_loses_the_panel_and_the_alert_and_says_so() 
 def test_the_slos_set_the_thresholds_and_without_them_the_defaults_hold() -> None:
     prof = load("vllm", gate__smoke__slo={"p95_ttft_ms": "<=700", "p99_e2el_ms": "<=9000", "error_rate": "<=0.02"})
     rules = rules_of(prof)
-    assert rules["DeployctlTTFTP95OverSLO"]["expr"].endswith("* 1000 > 700")
+    busy = " and on() "  # then the request rate: no page on two or three requests' worth
+    assert "* 1000 > 700" + busy in rules["DeployctlTTFTP95OverSLO"]["expr"]
     assert "histogram_quantile(0.99" in rules["DeployctlE2ELP99OverSLO"]["expr"]
-    assert rules["DeployctlE2ELP99OverSLO"]["expr"].endswith("> 9000")
-    assert rules["DeployctlErrorRateHigh"]["expr"].endswith("> 0.02")
+    assert "> 9000" + busy in rules["DeployctlE2ELP99OverSLO"]["expr"]
+    assert ") > 0.02" + busy in rules["DeployctlErrorRateHigh"]["expr"]
+    assert rules["DeployctlErrorRateHigh"]["expr"].endswith(f"> {alerts.MIN_REQUEST_RATE:g}")
     bare = rules_of(load("vllm", gate__smoke__slo={}))
-    assert bare["DeployctlErrorRateHigh"]["expr"].endswith(f"> {alerts.DEFAULT_ERROR_RATIO:g}")
+    assert f") > {alerts.DEFAULT_ERROR_RATIO:g}" + busy in bare["DeployctlErrorRateHigh"]["expr"]
     assert not [name for name in bare if name.endswith("OverSLO")], "no latency SLO, no latency alert"
     # A floor is no ceiling: ">=" on a latency pages on nothing.
     assert "DeployctlTTFTP95OverSLO" not in rules_of(load("vllm", gate__smoke__slo={"p95_ttft_ms": ">=1"}))
 
 
-def test_a_copy_pages_only_after_it_could_have_loaded() -> None:
+def test_copies_page_when_down_longer_than_a_load_or_more_missing_than_a_rolling_update_takes() -> None:
+    # e2e/test_alert_rules.py replays a one-at-a-time rollout through promtool: no page.
     prof = load("vllm", rollout__replicas=3)
-    rule = rules_of(prof)["DeployctlCopyNotServing"]
+    rules = rules_of(prof)
     allowed = resolve.startup_allowed(prof, planner.plan(prof))
-    assert int(rule["for"].removesuffix("m")) * 60 >= allowed + alerts.COPY_DOWN_MARGIN_S
-    assert rule["expr"].endswith("< 3")
+    for name in ("DeployctlPodNotAnswering", "DeployctlCopiesMissing"):
+        assert int(rules[name]["for"].removesuffix("m")) * 60 >= allowed, name
+    assert rules["DeployctlPodNotAnswering"]["expr"].endswith("== 0")
+    assert rules["DeployctlCopiesMissing"]["expr"].endswith("< 2"), "one copy out at a time is a rollout"
+    assert rules_of(load("vllm", rollout__replicas=1))["DeployctlCopiesMissing"]["expr"].endswith("< 1")
 
 
 def test_alerts_without_the_pod_monitor_are_refused_naming_the_field_and_its_line() -> None:
@@ -163,3 +170,67 @@ def test_the_dashboard_and_the_rules_are_not_the_applys_business_unless_asked() 
     monitored = load("vllm")
     kinds = [o["kind"] for o in manifests.render(monitored, planner.plan(monitored))]
     assert kinds.count("PrometheusRule") == 1 and "ConfigMap" not in kinds, "apply never writes the dashboard"
+
+
+# --- a stored PrometheusRule holds only what deployctl writes ---------------------------------------
+
+
+def stored_rule(**changes: Any) -> dict[str, Any]:
+    prof = load("vllm")
+    (rule,) = [o for o in manifests.render(prof, planner.plan(prof)) if o["kind"] == "PrometheusRule"]
+    first = rule["spec"]["groups"][0]["rules"][0]
+    first.update(changes)
+    return rule
+
+
+def test_every_rule_deployctl_renders_passes_its_own_confinement() -> None:
+    for engine in EXAMPLES:
+        prof = load(engine)
+        objects = manifests.render(prof, planner.plan(prof))
+        assert confine.problems(prof.metadata.name, prof.metadata.namespace, objects) == [], engine
+
+
+@pytest.mark.parametrize(
+    ("changes", "says"),
+    [
+        ({"expr": 'sum(rate(vllm:request_success_total{namespace="payments"}[5m])) > 0'}, "not confined"),
+        ({"expr": "up == 0"}, "up selects series without the release's labels"),
+        ({"expr": 'count({__name__=~".+"}) > 0'}, "not confined"),
+        (
+            {"labels": {"severity": "critical", "namespace": "payments", "deployctl_dev_release": "llama3-70b"}},
+            "labels",
+        ),
+        (
+            {
+                "labels": {
+                    "severity": "critical",
+                    "team": "x",
+                    "namespace": "inference",
+                    "deployctl_dev_release": "llama3-70b",
+                }
+            },
+            "labels",
+        ),
+        ({"annotations": {"summary": '{{ query "sum(secret_metric)" }}'}}, "template action"),
+        ({"record": "x:y", "alert": None}, "recording rule"),
+    ],
+)
+def test_a_forged_rule_in_a_record_is_refused_before_any_write(changes: dict[str, Any], says: str) -> None:
+    rule = stored_rule(**changes)
+    if "record" in changes:
+        del rule["spec"]["groups"][0]["rules"][0]["alert"]
+    found = confine.problems("llama3-70b", "inference", [rule])
+    assert any(says in p for p in found), found
+    with pytest.raises(errors.OutsideRelease):
+        confine.check("llama3-70b", "inference", [rule], "revision 3's stored manifests")
+
+
+def test_a_second_rule_group_or_group_settings_are_refused() -> None:
+    rule = stored_rule()
+    rule["spec"]["groups"].append({"name": "sneaky", "rules": []})
+    assert any(
+        "not named deployctl.inference.llama3-70b" in p for p in confine.problems("llama3-70b", "inference", [rule])
+    )
+    rule = stored_rule()
+    rule["spec"]["groups"][0]["limit"] = 0
+    assert any("settings" in p for p in confine.problems("llama3-70b", "inference", [rule]))

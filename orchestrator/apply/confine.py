@@ -4,7 +4,8 @@ Two checks, both before the first write of an apply, a rollback or an automatic 
 
 - ``check``: every object is one of the kinds the renderer emits for a release
   (``kube.kinds.RELEASE_KINDS``, with their apiVersions), in the release's namespace and labelled
-  for the release. A stored record's manifests are only bytes in a ConfigMap that a namespace
+  for the release; a PrometheusRule holds only the alerts deployctl writes for the release
+  (``render.alerts.problems``). A stored record's manifests are only bytes in a ConfigMap that a namespace
   editor can write, so a restore must not apply a ClusterRoleBinding or a Deployment in
   ``kube-system`` because a record holds one. A violation is tampering (``OutsideRelease``, exit 9).
 - ``survey`` and ``refuse_takeover``: which of the objects already exist without the release's
@@ -26,6 +27,7 @@ import yaml
 from orchestrator import conventions, errors
 from orchestrator.kube import kinds
 from orchestrator.kube import status as kube_status
+from orchestrator.render import alerts
 
 Get = Callable[[str, str, str], Mapping[str, object] | None]  # (kind, name, namespace) -> object or None
 _SHOWN = 5  # objects named in one message; the rest are counted
@@ -53,6 +55,10 @@ def problems(release: str, namespace: str, objects: Sequence[Mapping[str, object
             found.append(f"{what} is not labelled {conventions.RELEASE_LABEL}={release}")
         elif not isinstance(meta.get("name"), str) or not meta["name"]:
             found.append(f"{what} has no name")
+        elif kind == conventions.PROMETHEUS_RULE_KIND:
+            # Prometheus evaluates a rule across every namespace it scrapes, and routes its alerts by
+            # their labels: only the rules deployctl writes for this release may be restored.
+            found += [f"{what}: {p}" for p in alerts.problems(obj.get("spec"), namespace, release)]
     return found
 
 

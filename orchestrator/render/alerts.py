@@ -1,22 +1,19 @@
 """A release's alert rules, in the metric names of its engine version: a PrometheusRule and a rule file.
 
-Five alerts page for what an on-call engineer can act on: server errors, time to first token over
-the profile's SLO, a KV cache that stays full, a queue that keeps growing, and fewer copies answering
-than the profile asks for. Each query names its series through the engine's metric table
-(``orchestrator.engines.metric_table``) rather than spelling a metric, so a vLLM that renamed a
-family, or an engine that has none (TGI has no TTFT histogram), gets the right rule or none, and
-the PrometheusRule says which alerts it lacks and why (annotation ``deployctl.dev/unanswered``).
-
-Series are found by the labels the release's PodMonitor gives every target: ``namespace`` and
-``deployctl_dev_release`` (the pod label ``deployctl.dev/release``, which ``podTargetLabels`` copies
-and Prometheus spells with underscores). Rules are plain data; promtool checks and unit-tests them
+The alerts page for what an on-call engineer can act on: server errors, latency over the profile's
+SLOs, a KV cache that stays full, a queue that keeps growing, a server that stopped making progress,
+and copies that do not answer. Every query is written through ``orchestrator.render.promql``, so a
+vLLM that renamed a family, or an engine that has none (TGI has no TTFT histogram), gets the right
+rule or none, and the PrometheusRule says which alerts it lacks and why (annotation
+``deployctl.dev/unanswered``). ``problems`` holds a stored PrometheusRule to what this module writes,
+before a rollback restores it. Rules are plain data; promtool checks and unit-tests them
 (e2e/test_alert_rules.py).
 """
 
 from __future__ import annotations
 
-import dataclasses
 import math
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -24,70 +21,38 @@ from orchestrator import conventions
 from orchestrator.engines import metric_table
 from orchestrator.profile import model as profiles
 from orchestrator.profile import slo as slo_language
+from orchestrator.render import promql
+from orchestrator.render.promql import WINDOW, Scope
 
-# The PodMonitor copies these pod labels onto every series (podTargetLabels); Prometheus replaces the
-# characters a label name may not hold with underscores.
-TARGET_POD_LABELS = (conventions.RELEASE_LABEL, conventions.TRACK_LABEL)
-RELEASE_TARGET_LABEL = conventions.prometheus_label(conventions.RELEASE_LABEL)
-TRACK_TARGET_LABEL = conventions.prometheus_label(conventions.TRACK_LABEL)
 UNANSWERED_ANNOTATION = "deployctl.dev/unanswered"
 METRIC_TABLE_ANNOTATION = "deployctl.dev/metric-table"
 
 # Without an error_rate SLO: page when more than one request in twenty fails, as a sustained rate.
 DEFAULT_ERROR_RATIO = 0.05
+# Below this many requests per second (three a minute) a ratio or a percentile is two or three
+# requests' worth: no page.
+MIN_REQUEST_RATE = 0.05
 KV_SATURATED = 0.95  # of the KV cache in use: new requests wait for blocks, TTFT climbs
-WINDOW = "5m"  # rate window of every alert: long enough to hold several 30 s scrapes
-# A copy is "not answering" once it has been down longer than it may take to load: the startup
-# probe's allowance plus a margin, so a rollout's loading pods never page.
+# A pod is "not answering" once it has been down longer than it may take to load: the startup
+# probe's allowance plus a margin, so a pod that loads within it never pages.
 COPY_DOWN_MARGIN_S = 300
-# The SLO statistics an alert can watch on a histogram, as quantiles.
+# The SLO statistics an alert can watch on a histogram, as quantiles; the means, deviations and the
+# per-request TPOT of `deployctl bench` have no live histogram.
 _QUANTILES = {"median": 0.5, "p95": 0.95, "p99": 0.99}
-_LATENCY_ROLES = {"ttft": "ttft", "e2el": "e2e"}  # SLO latency name -> metric-table role
-_LATENCY_WORDS = {"ttft": "time to first token", "e2el": "end-to-end latency"}
+_LATENCY_ROLES = {"ttft": "ttft", "itl": "itl", "e2el": "e2e"}  # SLO latency name -> metric-table role
+_LATENCY_WORDS = {"ttft": "time to first token", "itl": "inter-token latency", "e2el": "end-to-end latency"}
+_SEVERITIES = ("critical", "warning")
+# The only template actions the annotations use: a stored rule's annotations may hold no other (a
+# Prometheus template can run a query of its own).
+_TEMPLATE_ACTIONS = frozenset(
+    {"{{ $value }}", "{{ $value | humanize }}", "{{ $value | humanizePercentage }}", "{{ $labels.pod }}"}
+)
+
+Built = tuple[list[dict[str, Any]], list[str]]
 
 
-@dataclasses.dataclass(frozen=True)
-class Scope:
-    """What selects one release's series, and the table that names them."""
-
-    namespace: str
-    release: str
-    table: metric_table.MetricTable
-
-    @property
-    def matchers(self) -> str:
-        return f'namespace="{self.namespace}",{RELEASE_TARGET_LABEL}="{self.release}"'
-
-    def series(self, role: str, suffix: str = "") -> str | None:
-        """The selector of ``role`` within the release, or None where the engine has no such series."""
-        found = self.table.role(role)
-        return found.selector(self.matchers, suffix) if found else None
-
-
-def scope(profile: profiles.Profile) -> Scope:
-    engine = profile.engine
-    return Scope(
-        profile.metadata.namespace, profile.metadata.name, metric_table.table(engine.kind, engine.engine_version)
-    )
-
-
-def error_ratio(scope_: Scope, by: str = "") -> str | None:
-    """failed / (succeeded + failed) over WINDOW, summed ``by`` labels; None without both counters."""
-    failed, succeeded = scope_.series("failed"), scope_.series("succeeded")
-    if failed is None or succeeded is None:
-        return None
-    grouping = f" by ({by})" if by else ""
-    fail_rate = f"sum{grouping} (rate({failed}[{WINDOW}]))"
-    return f"{fail_rate} / ({fail_rate} + sum{grouping} (rate({succeeded}[{WINDOW}])))"
-
-
-def quantile(scope_: Scope, role: str, q: float, by: str = "") -> str | None:
-    """The ``q`` quantile of histogram ``role`` over WINDOW, in seconds; None where the engine has none."""
-    buckets = scope_.series(role, "_bucket")
-    if buckets is None:
-        return None
-    grouping = ", ".join(part for part in ("le", by) if part)
-    return f"histogram_quantile({q:g}, sum by ({grouping}) (rate({buckets}[{WINDOW}])))"
+def group_name(namespace: str, release: str) -> str:
+    return f"deployctl.{namespace}.{release}"
 
 
 def groups(profile: profiles.Profile, copy_down_after_s: int) -> tuple[list[dict[str, Any]], list[str]]:
@@ -95,15 +60,15 @@ def groups(profile: profiles.Profile, copy_down_after_s: int) -> tuple[list[dict
 
     ``copy_down_after_s``: how long a copy may take to load (the startup probe's allowance).
     """
-    s = scope(profile)
+    s = promql.scope(profile)
     rules: list[dict[str, Any]] = []
     unanswered: list[str] = []
-    for build in (_errors, _latency_slos, _kv_saturated, _queue_growing):
+    for build in (_errors, _latency_slos, _kv_saturated, _queue_growing, _no_progress):
         made, missing = build(s, profile)
         rules += made
         unanswered += missing
-    rules.append(_copies_missing(s, profile, copy_down_after_s))
-    return [{"name": f"deployctl.{s.namespace}.{s.release}", "rules": rules}], unanswered
+    rules += _copies(s, profile, copy_down_after_s)
+    return [{"name": group_name(s.namespace, s.release), "rules": rules}], unanswered
 
 
 def rule_file(profile: profiles.Profile, copy_down_after_s: int) -> dict[str, Any]:
@@ -142,7 +107,7 @@ def _alert(
         "alert": name,
         "expr": expr,
         "for": duration,
-        "labels": {"severity": severity, "namespace": s.namespace, RELEASE_TARGET_LABEL: s.release},
+        "labels": {"severity": severity, "namespace": s.namespace, promql.RELEASE_LABEL: s.release},
         "annotations": {"summary": summary, "description": description},
     }
 
@@ -151,11 +116,17 @@ def _missing(s: Scope, role: str, alert: str) -> str:
     return f"{alert}: {s.table.engine} {s.table.version} has no metric for {role} ({metric_table.ROLES[role].meaning})"
 
 
-Built = tuple[list[dict[str, Any]], list[str]]
+def _busy(s: Scope) -> str:
+    """`and` clause: enough requests in the window for a ratio or a percentile to mean something."""
+    requests = promql.requests_rate(s)
+    if requests is None:
+        ended = s.series("e2e", "_count")
+        requests = promql.rate(ended) if ended else "vector(0)"
+    return f" and on() {requests} > {MIN_REQUEST_RATE:g}"
 
 
 def _errors(s: Scope, profile: profiles.Profile) -> Built:
-    ratio = error_ratio(s)
+    ratio = promql.error_ratio(s)
     if ratio is None:
         role = "failed" if s.table.role("failed") is None else "succeeded"
         return [], [_missing(s, role, "DeployctlErrorRateHigh")]
@@ -165,7 +136,7 @@ def _errors(s: Scope, profile: profiles.Profile) -> Built:
     return [
         _alert(
             "DeployctlErrorRateHigh",
-            f"({ratio}) > {limit:g}",
+            f"({ratio}) > {limit:g}{_busy(s)}",
             WINDOW,
             "critical",
             s,
@@ -188,14 +159,14 @@ def _latency_slos(s: Scope, profile: profiles.Profile) -> Built:
             continue
         role = _LATENCY_ROLES[latency]
         name = f"Deployctl{latency.upper()}{stat.capitalize()}OverSLO"
-        expr = quantile(s, role, _QUANTILES[stat])
+        expr = promql.quantile(s, role, _QUANTILES[stat])
         if expr is None:
             missing.append(_missing(s, role, name))
             continue
         rules.append(
             _alert(
                 name,
-                f"{expr} * 1000 > {condition.threshold:g}",
+                f"{expr} * 1000 > {condition.threshold:g}{_busy(s)}",
                 "10m",
                 "warning",
                 s,
@@ -239,27 +210,70 @@ def _queue_growing(s: Scope, profile: profiles.Profile) -> Built:
             "warning",
             s,
             f"{s.release}: requests queue and the queue keeps growing",
-            f"{{{{ $value }}}} requests wait for release {s.release} in {s.namespace} and the queue has grown for "
-            "15 minutes: the copies cannot keep up with the traffic. Add copies or shed load.",
+            f"{{{{ $value }}}} requests wait for release {s.release} in {s.namespace}, and the queue has grown "
+            "over the last 15 minutes for 15 minutes: the copies cannot keep up with the traffic. Add copies or "
+            "shed load.",
         )
     ], []
 
 
-def _copies_missing(s: Scope, profile: profiles.Profile, copy_down_after_s: int) -> dict[str, Any]:
+def _no_progress(s: Scope, profile: profiles.Profile) -> Built:
+    """Requests in the engine but nothing coming out: a wedged server answers its metrics, fails nothing
+    and observes no latency, so no other alert sees it."""
+    waiting, running = s.series("waiting"), s.series("running")
+    tokens = s.series("generation_tokens")
+    finished = promql.rate(tokens) if tokens else None
+    if finished is None and (ended := s.series("e2e", "_count")):
+        finished = promql.rate(ended)
+    if waiting is None or running is None or finished is None:
+        role = "waiting" if waiting is None else "running" if running is None else "e2e"
+        return [], [_missing(s, role, "DeployctlNoProgress")]
+    return [
+        _alert(
+            "DeployctlNoProgress",
+            f"(sum ({waiting}) + sum ({running})) > 0 and on() ({finished} or vector(0)) == 0",
+            "10m",
+            "critical",
+            s,
+            f"{s.release}: requests are in the engine and nothing has come out for 10 minutes",
+            f"Release {s.release} in {s.namespace} holds {{{{ $value }}}} requests and has produced nothing for "
+            "10 minutes: the engine is wedged (a hung collective, a stuck scheduler). `deployctl status` shows its "
+            "pods; deleting a wedged pod restarts it.",
+        )
+    ], []
+
+
+def _copies(s: Scope, profile: profiles.Profile, copy_down_after_s: int) -> list[dict[str, Any]]:
+    """A pod that does not answer for longer than a load takes, and more copies missing than a rolling
+    update takes out: one copy at a time (maxUnavailable 1) never pages while each loads in time."""
     copies = profile.rollout.replicas
-    answering = f"(count (up{{{s.matchers}}} == 1) or vector(0))"
     minutes = math.ceil((copy_down_after_s + COPY_DOWN_MARGIN_S) / 60)
-    return _alert(
-        "DeployctlCopyNotServing",
-        f"{answering} < {copies}",
-        f"{minutes}m",
-        "critical",
-        s,
-        f"{s.release}: fewer copies serve than the {copies} asked for",
-        f"Only {{{{ $value }}}} of the {copies} copies of release {s.release} in {s.namespace} have answered their "
-        f"metrics endpoint for {minutes} minutes, longer than a copy may take to load. `deployctl status "
-        f"{s.release} -n {s.namespace}` explains pods that are pending, crash-looping or out of memory.",
-    )
+    tolerated = max(copies - 1, 1)
+    answering = f"(count ({s.up()} == 1) or vector(0))"
+    return [
+        _alert(
+            "DeployctlPodNotAnswering",
+            f"{s.up()} == 0",
+            f"{minutes}m",
+            "critical",
+            s,
+            f"{s.release}: a pod has not answered for {minutes} minutes",
+            f"Pod {{{{ $labels.pod }}}} of release {s.release} in {s.namespace} has not answered its metrics endpoint "
+            f"for {minutes} minutes, longer than a copy may take to load. `deployctl status {s.release} -n "
+            f"{s.namespace}` explains pods that crash-loop or run out of memory.",
+        ),
+        _alert(
+            "DeployctlCopiesMissing",
+            f"{answering} < {tolerated}",
+            f"{minutes}m",
+            "critical",
+            s,
+            f"{s.release}: fewer than {tolerated} of {copies} copies answer",
+            f"Only {{{{ $value }}}} of the {copies} copies of release {s.release} in {s.namespace} have answered for "
+            f"{minutes} minutes: more are missing than a rolling update takes out at once. `deployctl status "
+            f"{s.release} -n {s.namespace}` explains pods that are pending or failing.",
+        ),
+    ]
 
 
 # --- the profile's SLOs --------------------------------------------------------------------------
@@ -272,3 +286,47 @@ def _slos(profile: profiles.Profile) -> dict[str, slo_language.Condition]:
 def _slo(profile: profiles.Profile, metric: str) -> slo_language.Condition | None:
     condition = _slos(profile).get(metric)
     return condition if condition and condition.op in ("<", "<=") else None
+
+
+# --- what a stored PrometheusRule may hold ----------------------------------------------------------
+
+
+def problems(spec: object, namespace: str, release: str) -> list[str]:
+    """Why a PrometheusRule's spec is not one this module writes for the release: another group, a
+    recording rule, a query that reads outside the release, labels that route as another team's, or a
+    template that runs a query. Empty: deployctl may write it (``orchestrator.apply.confine``)."""
+    if not isinstance(spec, Mapping) or set(spec) != {"groups"} or not isinstance(spec["groups"], list):
+        return ["its spec holds something other than one list of rule groups"]
+    found: list[str] = []
+    for group in spec["groups"]:
+        if not isinstance(group, Mapping) or group.get("name") != group_name(namespace, release):
+            found.append(f"a rule group is not named {group_name(namespace, release)}")
+        elif set(group) != {"name", "rules"} or not isinstance(group["rules"], list):
+            found.append(f"group {group['name']} holds settings deployctl never writes")
+        else:
+            for rule in group["rules"]:
+                found += _rule_problems(rule, namespace, release)
+    return found
+
+
+def _rule_problems(rule: object, namespace: str, release: str) -> list[str]:
+    if (
+        not isinstance(rule, Mapping)
+        or "alert" not in rule
+        or not set(rule) <= {"alert", "expr", "for", "labels", "annotations"}
+    ):
+        return ["a rule is not an alert as deployctl writes them (a recording rule, or unknown fields)"]
+    name = rule["alert"]
+    found = [f"alert {name}: {p}" for p in promql.confined(str(rule.get("expr", "")), namespace, release)]
+    labels, annotations = rule.get("labels"), rule.get("annotations") or {}
+    wanted = {"namespace": namespace, promql.RELEASE_LABEL: release}
+    if (
+        not isinstance(labels, Mapping)
+        or labels.get("severity") not in _SEVERITIES
+        or {k: v for k, v in labels.items() if k != "severity"} != wanted
+    ):
+        found.append(f"alert {name}: its labels are not severity, namespace {namespace} and release {release}")
+    texts = annotations.values() if isinstance(annotations, Mapping) else [str(annotations)]
+    if any(action not in _TEMPLATE_ACTIONS for text in texts for action in re.findall(r"\{\{.*?\}\}", str(text))):
+        found.append(f"alert {name}: an annotation holds a template action deployctl never writes")
+    return found

@@ -3,8 +3,8 @@
 Latency percentiles (TTFT, time per output token, end to end), tokens per second, queue, KV cache
 usage, server errors, copies answering, and the canary against the stable copies, with an
 annotation wherever new pods started serving (a rollout, a canary, a restart). Every query names
-its series through the engine's metric table, like the alert rules (``orchestrator.render.alerts``,
-whose selectors and expressions it shares); a panel the engine cannot fill is left out and the
+its series through the engine's metric table, like the alert rules (``orchestrator.render.alerts``; both
+write their queries through ``orchestrator.render.promql``); a panel the engine cannot fill is left out and the
 dashboard's description says which and why.
 
 Shipped as a ConfigMap that Grafana's dashboard sidecar loads (label ``grafana_dashboard: "1"``,
@@ -21,21 +21,21 @@ from collections.abc import Mapping
 from typing import Any
 
 from orchestrator.profile import model as profiles
-from orchestrator.render import alerts
+from orchestrator.render import promql
 
 SCHEMA_VERSION = 39  # Grafana 10.4 and later read it
 DATASOURCE = {"type": "prometheus", "uid": "${datasource}"}
 DASHBOARD_LABEL = {"grafana_dashboard": "1"}  # what kube-prometheus-stack's Grafana sidecar watches for
 _WIDTH, _HEIGHT = 12, 8  # two panels per row on Grafana's 24-column grid
 _PERCENTILES = (0.5, 0.95, 0.99)
-_TRACK = alerts.TRACK_TARGET_LABEL
+_TRACK = promql.TRACK_LABEL
 # Stable pods carry no track label: name them for the legend.
 _STABLE = f'label_replace({{expr}}, "{_TRACK}", "stable", "{_TRACK}", "")'
 
 
 def dashboard(profile: profiles.Profile) -> dict[str, Any]:
     """The Grafana dashboard JSON model of ``profile``'s release."""
-    s = alerts.scope(profile)
+    s = promql.scope(profile)
     panels: list[dict[str, Any]] = []
     missing: list[str] = []
     for title, unit, targets, roles in _panel_specs(s):
@@ -96,11 +96,11 @@ def queries(model: Mapping[str, Any]) -> list[str]:
 Target = tuple[str, str]  # (PromQL, legend)
 
 
-def _panel_specs(s: alerts.Scope) -> list[tuple[str, str, list[Target], tuple[str, ...]]]:
+def _panel_specs(s: promql.Scope) -> list[tuple[str, str, list[Target], tuple[str, ...]]]:
     """(title, unit, targets, roles it reads) per panel, in reading order; no targets: the engine lacks them."""
-    ratio = alerts.error_ratio(s)
-    by_track = alerts.error_ratio(s, _TRACK)
-    ttft_by_track = alerts.quantile(s, "ttft", 0.95, _TRACK)
+    ratio = promql.error_ratio(s)
+    by_track = promql.error_ratio(s, _TRACK)
+    ttft_by_track = promql.quantile(s, "ttft", 0.95, _TRACK)
     return [
         ("Time to first token", "s", _percentiles(s, "ttft"), ("ttft",)),
         ("Time per output token", "s", _percentiles(s, "itl"), ("itl",)),
@@ -126,32 +126,28 @@ def _panel_specs(s: alerts.Scope) -> list[tuple[str, str, list[Target], tuple[st
             [(_STABLE.format(expr=by_track), "{{" + _TRACK + "}}")] if by_track else [],
             ("failed",),
         ),
-        ("Copies answering", "short", [(f"count (up{{{s.matchers}}} == 1)", "answering")], ()),
+        ("Copies answering", "short", [(f"count ({s.up()} == 1)", "answering")], ()),
     ]
 
 
-def _percentiles(s: alerts.Scope, role: str) -> list[Target]:
+def _percentiles(s: promql.Scope, role: str) -> list[Target]:
     out = []
     for q in _PERCENTILES:
-        expr = alerts.quantile(s, role, q)
+        expr = promql.quantile(s, role, q)
         if expr:
             out.append((expr, f"p{round(q * 100)}"))
     return out
 
 
-def _rates(s: alerts.Scope, roles: tuple[str, ...]) -> list[Target]:
-    return [
-        (f"sum (rate({series}[{alerts.WINDOW}]))", role.replace("_", " "))
-        for role in roles
-        if (series := s.series(role))
-    ]
+def _rates(s: promql.Scope, roles: tuple[str, ...]) -> list[Target]:
+    return [(promql.rate(series), role.replace("_", " ")) for role in roles if (series := s.series(role))]
 
 
-def _sums(s: alerts.Scope, roles: tuple[str, ...]) -> list[Target]:
+def _sums(s: promql.Scope, roles: tuple[str, ...]) -> list[Target]:
     return [(f"sum ({series})", role) for role in roles if (series := s.series(role))]
 
 
-def _per_pod(s: alerts.Scope, role: str) -> list[Target]:
+def _per_pod(s: promql.Scope, role: str) -> list[Target]:
     series = s.series(role)
     return [(f"max by (pod) ({series})", "{{pod}}")] if series else []
 
@@ -171,25 +167,26 @@ def _panel(index: int, title: str, unit: str, targets: list[Target]) -> dict[str
     }
 
 
-def _new_pods_annotation(s: alerts.Scope) -> dict[str, Any]:
-    """Marks the minutes in which pods appeared that were not scraped a few minutes before."""
-    up = f"up{{{s.matchers}}}"
+def _new_pods_annotation(s: promql.Scope) -> dict[str, Any]:
+    """Marks the minutes in which pods started answering that did not answer two minutes before."""
+    up = s.up()
     return {
         "name": "New pods serving",
         "datasource": DATASOURCE,
         "enable": True,
         "iconColor": "blue",
-        "expr": f"count by ({_TRACK}) ({up} unless {up} offset 2m)",
+        # Answering now and not two minutes ago: a pod that finished loading, not one that appeared.
+        "expr": f"count by ({_TRACK}) (({up} == 1) unless ({up} offset 2m == 1))",
         "step": "60s",
         "titleFormat": "new pods serving",
         "textFormat": "a rollout, a canary ({{" + _TRACK + "}}) or a restart",
     }
 
 
-def _meaning(s: alerts.Scope, role: str) -> str:
+def _meaning(s: promql.Scope, role: str) -> str:
     return f"{s.table.engine} {s.table.version} has no series for {role}"
 
 
-def _uid(s: alerts.Scope) -> str:
+def _uid(s: promql.Scope) -> str:
     # Grafana uids are at most 40 characters; the same release always gets the same one.
     return "deployctl-" + hashlib.sha256(f"{s.namespace}/{s.release}".encode()).hexdigest()[:24]

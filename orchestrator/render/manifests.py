@@ -24,7 +24,7 @@ from orchestrator import conventions, errors, yaml_text
 from orchestrator.plan import planner
 from orchestrator.profile import base as profile_base
 from orchestrator.profile import model as profiles
-from orchestrator.render import alerts, chart_values, dashboard, resolve
+from orchestrator.render import alerts, chart_values, dashboard, promql, resolve
 
 CHART_NAME = "vllm-inference"  # also app.kubernetes.io/name, as in a chart made by `helm create`
 MANAGED_BY = conventions.MANAGED_BY  # the Helm chart writes the same, so both renders carry equal labels
@@ -91,7 +91,7 @@ def render(
         "copy_label": conventions.COPY_LABEL,
         "role_label": conventions.GROUP_ROLE_LABEL,
         "ray_overwrite_annotation": RAY_OVERWRITE_CMD_ANNOTATION,
-        "target_labels": list(alerts.TARGET_POD_LABELS),
+        "target_labels": list(promql.TARGET_POD_LABELS),
     }
     objects: list[dict[str, Any]] = []
     for template in _WORKLOAD_TEMPLATES:
