@@ -1,7 +1,7 @@
-// Tools module: Prometheus and promtool, built from the upstream module. promtool checks and
-// unit-tests the alert rules deployctl renders; the server scrapes the simulator and the real vLLM
-// when the canary reads its metrics from a Prometheus URL. The upstream go.mod's replace and
-// exclude lines keep `go install ...@version` from building it, so it is required here instead.
+// Tools module: Prometheus and promtool, from the upstream module. promtool checks and unit-tests
+// the alert rules deployctl renders (build.sh builds it); the server is pinned for the canary's
+// Prometheus metrics source, which no test starts yet. The upstream go.mod's replace and exclude
+// lines keep `go install ...@version` from building it, so it is required here instead.
 module deployctl.local/e2e/tools/prometheus
 
 go 1.26.7
