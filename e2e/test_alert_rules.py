@@ -15,6 +15,8 @@ tests/test_observability.py; here promtool also parses each of them.
 from __future__ import annotations
 
 import json
+import math
+import random
 import re
 import subprocess
 import urllib.error
@@ -28,7 +30,7 @@ import yaml
 from deployhelpers import deployctl
 
 from orchestrator.engines import metric_table
-from orchestrator.gate import exposition
+from orchestrator.gate import exposition, live_metrics
 
 ROOT = Path(__file__).resolve().parent.parent
 PROMTOOL = ROOT / ".cache" / "bin" / "promtool"
@@ -271,3 +273,39 @@ def test_a_rolling_update_one_copy_at_a_time_never_pages_and_a_pod_that_stays_do
     steps["llm-a2"] = f"_x2 0x{MINUTES * 2}"
     stuck = {"DeployctlPodNotAnswering": [{"pod": "llm-a2"}], "DeployctlCopiesMissing": []}
     firing(tmp_path / "stuck", rules, up(steps), stuck, at=(horizon,))
+
+
+def test_deployctls_histogram_quantile_is_prometheus_own(tmp_path: Path) -> None:
+    """The canary's analysis reads percentiles without a Prometheus (gate/live_metrics.py): on the same
+    buckets, promtool's histogram_quantile must give the same numbers."""
+    rng = random.Random(27)
+    bounds = ["0.05", "0.1", "0.25", "0.5", "1.0", "2.5", "5.0", "+Inf"]
+    series, tests = [], []
+    for case in range(8):
+        per_minute, running = [], 0
+        for _ in bounds:
+            running += rng.choice((0, 0, 1, 3, 7, 20))
+            per_minute.append(running)
+        if case == 0:
+            per_minute = [0] * (len(bounds) - 1) + [5]  # everything above the highest finite bound
+        for bound, count in zip(bounds, per_minute, strict=True):
+            series.append({"series": f'h_bucket{{case="{case}",le="{bound}"}}', "values": f"0+{count}x15"})
+        cumulative = {float(b): float(c) for b, c in zip(bounds, per_minute, strict=True)}
+        for q in (0.5, 0.95, 0.99):
+            ours = live_metrics.histogram_quantile(q, cumulative)
+            # Rates and counts differ in the last bits: both sides round to a millionth, as PromQL's
+            # round() does it (floor(v × 1/n + 0.5) / (1/n)).
+            expr = f'round(histogram_quantile({q}, sum by (le) (rate(h_bucket{{case="{case}"}}[5m]))), 0.000001)'
+            inverse = 1 / 0.000001
+            samples = (
+                [] if math.isnan(ours) else [{"labels": "{}", "value": math.floor(ours * inverse + 0.5) / inverse}]
+            )
+            tests.append({"expr": expr, "eval_time": "10m", "exp_samples": samples})
+    unit = {
+        "evaluation_interval": "1m",
+        "fuzzy_compare": True,
+        "tests": [{"interval": "1m", "input_series": series, "promql_expr_test": tests}],
+    }
+    (tmp_path / "test.yaml").write_text(yaml.safe_dump(unit))
+    result = promtool("test", "rules", "test.yaml", cwd=tmp_path)
+    assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]

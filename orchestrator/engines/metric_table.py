@@ -58,6 +58,12 @@ ROLES: dict[str, Role] = {
 }
 
 
+# The live latencies of the SLO language (``p95_ttft_ms``, ``median_e2el_ms`` …) and the histogram role
+# that answers each, and the quantile of each statistic: what alerts and the canary's analysis judge.
+LATENCY_ROLES = {"ttft": "ttft", "itl": "itl", "e2el": "e2e"}
+STAT_QUANTILES = {"median": 0.5, "p95": 0.95, "p99": 0.99}
+
+
 @dataclasses.dataclass(frozen=True)
 class Family:
     """One metric family as the server exposes it; ``name`` is what PromQL queries (a histogram's base)."""
@@ -78,6 +84,17 @@ class Series:
         """``family<suffix>{matchers, extra}``: ``suffix`` is ``_bucket``/``_sum``/``_count`` for a histogram."""
         inside = ",".join(part for part in (self.matchers, extra) if part)
         return f"{self.family.name}{suffix}{{{inside}}}"
+
+    def matches(self, labels: Mapping[str, str]) -> bool:
+        """Whether a sample with ``labels`` is one of these series (=, !=, =~, !~ as PromQL reads them:
+        a regex matches the whole value, an absent label is the empty string)."""
+        for name, op, value in _MATCHER_PARTS.findall(self.matchers):
+            have = labels.get(name, "")
+            wanted = _unquote(value)
+            hit = have == wanted if op in ("=", "!=") else re.fullmatch(wanted, have) is not None
+            if hit == (op in ("!=", "!~")):
+                return False
+        return True
 
 
 @dataclasses.dataclass(frozen=True)
@@ -153,6 +170,13 @@ def parse(data: Mapping[str, object]) -> MetricTable:
         families=families,
         roles=roles,
     )
+
+
+_MATCHER_PARTS = re.compile(r'([A-Za-z_][A-Za-z0-9_]*)\s*(=~|!~|!=|=)\s*"((?:[^"\\]|\\.)*)"')
+
+
+def _unquote(value: str) -> str:
+    return re.sub(r"\\(.)", r"\1", value)
 
 
 _MATCHER = re.compile(r'\s*([A-Za-z_][A-Za-z0-9_]*)\s*(?:=~|!~|!=|=)\s*"(?:[^"\\]|\\.)*"\s*(?:,|$)')

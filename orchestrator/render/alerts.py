@@ -36,10 +36,8 @@ KV_SATURATED = 0.95  # of the KV cache in use: new requests wait for blocks, TTF
 # A pod is "not answering" once it has been down longer than it may take to load: the startup
 # probe's allowance plus a margin, so a pod that loads within it never pages.
 COPY_DOWN_MARGIN_S = 300
-# The SLO statistics an alert can watch on a histogram, as quantiles; the means, deviations and the
-# per-request TPOT of `deployctl bench` have no live histogram.
-_QUANTILES = {"median": 0.5, "p95": 0.95, "p99": 0.99}
-_LATENCY_ROLES = {"ttft": "ttft", "itl": "itl", "e2el": "e2e"}  # SLO latency name -> metric-table role
+# The SLO statistics an alert can watch on a histogram (metric_table.STAT_QUANTILES and LATENCY_ROLES);
+# the means, deviations and the per-request TPOT of `deployctl bench` have no live histogram.
 _LATENCY_WORDS = {"ttft": "time to first token", "itl": "inter-token latency", "e2el": "end-to-end latency"}
 _SEVERITIES = ("critical", "warning")
 # The only template actions the annotations use: a stored rule's annotations may hold no other (a
@@ -155,11 +153,12 @@ def _latency_slos(s: Scope, profile: profiles.Profile) -> Built:
     for metric, condition in sorted(_slos(profile).items()):
         stat, _, rest = metric.partition("_")
         latency = rest.removesuffix("_ms")
-        if stat not in _QUANTILES or latency not in _LATENCY_ROLES or condition.op not in ("<", "<="):
+        quantiles, roles = metric_table.STAT_QUANTILES, metric_table.LATENCY_ROLES
+        if stat not in quantiles or latency not in roles or condition.op not in ("<", "<="):
             continue
-        role = _LATENCY_ROLES[latency]
+        role = roles[latency]
         name = f"Deployctl{latency.upper()}{stat.capitalize()}OverSLO"
-        expr = promql.quantile(s, role, _QUANTILES[stat])
+        expr = promql.quantile(s, role, quantiles[stat])
         if expr is None:
             missing.append(_missing(s, role, name))
             continue
