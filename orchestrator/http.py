@@ -44,6 +44,8 @@ KEEPALIVE_EXPIRY_S = 60.0
 CONNECT_TIMEOUT_S = 10.0
 _ERROR_BODY_LIMIT = 2048  # bytes of an error answer worth reading for the message
 MODELS_BODY_LIMIT = 1 << 20  # a /v1/models list of a few models is a few KiB; a flood is cut here
+# An engine's /metrics is tens to hundreds of KiB (a histogram per model and LoRA adapter); a flood is cut here.
+METRICS_BODY_LIMIT = 16 << 20
 
 
 class EndpointUnreachable(errors.EndpointError):
@@ -284,6 +286,23 @@ def served_models(
     if not isinstance(entries, list):
         raise EndpointProtocolError(f"{url}: expected an OpenAI model list {{'data': [...]}}, got {shown}")
     return [str(entry["id"]) for entry in entries if isinstance(entry, dict) and "id" in entry]
+
+
+def metrics_text(
+    base_url: str, path: str, *, timeout: float = 10.0, transport: httpx.BaseTransport | None = None
+) -> str:
+    """The Prometheus exposition ``GET {base_url}{path}`` answers; raises an EndpointError on failure."""
+    url = check_url(base_url) + path
+    try:
+        with _sync_client(timeout, transport) as client:
+            status, body = _get(client, url, {}, METRICS_BODY_LIMIT)
+    except httpx.HTTPError as e:
+        raise _convert(e, url) from e
+    if status != 200:
+        raise _status_error(url, status, body[:_ERROR_BODY_LIMIT])
+    if len(body) > METRICS_BODY_LIMIT:
+        raise EndpointProtocolError(f"{url}: the metrics page is larger than {METRICS_BODY_LIMIT:,} bytes")
+    return body.decode("utf-8", errors="replace")
 
 
 def _get(client: httpx.Client, url: str, headers: dict[str, str], limit: int) -> tuple[int, bytes]:

@@ -198,3 +198,15 @@ def test_a_server_that_compresses_anyway_is_decoded() -> None:
         lambda _: httpx.Response(200, headers={"content-encoding": "gzip"}, stream=Script(FakeClock(), [body]))
     )
     assert b"".join(chunk for _, chunk in collect(client_for(transport))) == token_event("a") + DONE_EVENT
+
+
+def test_metrics_text_reads_the_page_and_names_a_refusal_or_a_flood() -> None:
+    page = "# TYPE vllm:num_requests_waiting gauge\nvllm:num_requests_waiting 3\n"
+    ok = httpx.MockTransport(lambda request: httpx.Response(200, text=page if request.url.path == "/metrics" else ""))
+    assert http.metrics_text("http://pod:8000", "/metrics", transport=ok) == page
+    refused = httpx.MockTransport(lambda _: httpx.Response(403, text="forbidden"))
+    with pytest.raises(http.EndpointStatusError, match="403"):
+        http.metrics_text("http://pod:8000", "/metrics", transport=refused)
+    flood = httpx.MockTransport(lambda _: httpx.Response(200, content=b"x" * (http.METRICS_BODY_LIMIT + 10)))
+    with pytest.raises(http.EndpointProtocolError, match="larger than"):
+        http.metrics_text("http://pod:8000", "/metrics", transport=flood)

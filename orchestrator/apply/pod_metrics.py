@@ -1,0 +1,56 @@
+"""The canary's metrics source `pods`: each serving pod's /metrics, read through the API server.
+
+No Prometheus is needed (the air-gap default): deployctl reaches each pod through a port-forward,
+as the gate does, with the permission the gate already has (``pods/portforward``), and reads the
+engine's metrics path. A pod that does not answer is left out of that round and named, so the
+analysis counts the pods it heard from (``orchestrator.gate.live_metrics``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+from collections.abc import Mapping
+
+from orchestrator import errors, http
+from orchestrator.gate import exposition, live_metrics
+from orchestrator.kube import Kube, PortForwarder
+
+
+@dataclasses.dataclass(frozen=True)
+class Round:
+    """One read of every pod: what each answered, and why the others did not."""
+
+    scrapes: list[live_metrics.Scrape]
+    unanswered: dict[str, str]  # pod -> why
+
+
+class Reader:
+    """Port-forwards to the pods, kept open across rounds: ``with Reader(...) as r: r.read()``."""
+
+    def __init__(self, kube: Kube, namespace: str, tracks: Mapping[str, str], port: int, path: str) -> None:
+        self._kube, self._namespace, self._port, self._path = kube, namespace, port, path
+        self._tracks = dict(tracks)  # pod -> "canary" | "stable"
+        self._urls: dict[str, str] = {}
+        self._stack = contextlib.ExitStack()
+
+    def __enter__(self) -> Reader:
+        for pod in self._tracks:
+            forwarder = self._stack.enter_context(PortForwarder(self._kube, self._namespace, pod, self._port))
+            self._urls[pod] = forwarder.url
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stack.close()
+
+    def read(self, timeout: float = 10.0) -> Round:
+        scrapes: list[live_metrics.Scrape] = []
+        unanswered: dict[str, str] = {}
+        for pod, url in self._urls.items():
+            try:
+                families = exposition.parse(http.metrics_text(url, self._path, timeout=timeout))
+            except (errors.EndpointError, exposition.ExpositionError) as e:
+                unanswered[pod] = errors.shorten(str(e), 200)
+                continue
+            scrapes.append(live_metrics.Scrape(pod, self._tracks[pod], families))
+        return Round(scrapes, unanswered)
