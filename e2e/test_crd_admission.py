@@ -68,6 +68,16 @@ def test_catalog_names_are_admitted_in_any_case_as_the_loader_reads_them(
     assert profile.from_object(created, "cluster").hardware.gpu == "A100-80GB"
 
 
+def test_a_canary_with_alerts_is_admitted_as_the_loader_reads_it(
+    installed: kubernetes.client.ApiClient, namespace: str
+) -> None:
+    canary = {"replicas": 4, "canary": {"steps": [{"copies": 1}, {"percent": 50}], "maxRatio": {"p95_ttft_ms": 1.3}}}
+    monitoring = {"podMonitor": {"enabled": True}, "alerts": {"enabled": True}}
+    created = _create(installed, namespace, _object(namespace, rollout=canary, monitoring=monitoring))
+    loaded = profile.from_object(created, "cluster")
+    assert loaded.rollout.canary is not None and loaded.rollout.canary.maxRatio == {"p95_ttft_ms": 1.3}
+
+
 @pytest.mark.parametrize(
     ("changes", "says"),
     [
@@ -78,6 +88,16 @@ def test_catalog_names_are_admitted_in_any_case_as_the_loader_reads_them(
         ({"engine": {"tensorParallelSize": 0}}, "should be greater than or equal to 1"),
         ({"engine": {"tensorParallelSizee": 2}}, "unknown field"),
         ({"model": {"source": {"pvc": "models", "hostPath": "/m"}}}, "exactly one of source.pvc or source.hostPath"),
+        ({"monitoring": {"alerts": {"enabled": True}}}, "monitoring.alerts needs monitoring.podMonitor.enabled"),
+        ({"rollout": {"replicas": 4, "canary": {"steps": [{"copies": 1, "percent": 10}]}}}, "copies or as percent"),
+        (
+            {"rollout": {"replicas": 4, "canary": {"steps": [{"copies": 1}], "traffic": "httpRoute"}}},
+            "httpRoute needs httpRoute.parentRefs",
+        ),
+        (
+            {"rollout": {"replicas": 4, "canary": {"steps": [{"copies": 1}], "metrics": {"source": "prometheus"}}}},
+            "needs metrics.prometheusUrl",
+        ),
     ],
 )
 def test_the_api_server_refuses_what_the_schema_can_check_naming_it(

@@ -694,6 +694,7 @@ def test_the_page_that_calls_the_crd_unchanged_since_0_1_0_is_right() -> None:
         "/spec/versions/0/schema/openAPIV3Schema/properties/spec/properties/rollout/properties/canary",
         "/spec/versions/0/schema/openAPIV3Schema/properties/spec/properties/monitoring/properties/alerts",
         "/spec/versions/0/schema/openAPIV3Schema/properties/spec/properties/monitoring/properties/dashboard",
+        "/spec/versions/0/schema/openAPIV3Schema/properties/spec/properties/monitoring/x-kubernetes-validations",
         f"{model}/measured",
         f"{model}/weightsDtype/enum",
         f"{model}/architecture/x-kubernetes-validations/0/rule",

@@ -54,6 +54,30 @@ _RULES: dict[tuple[str, ...], list[dict[str, str]]] = {
     ("hardware",): [
         {"rule": "has(self.gpu) || has(self.memoryGiB)", "message": "give hardware.gpu or hardware.memoryGiB"}
     ],
+    ("monitoring",): [
+        {
+            "rule": "!has(self.alerts) || !has(self.alerts.enabled) || !self.alerts.enabled || "
+            "(has(self.podMonitor) && has(self.podMonitor.enabled) && self.podMonitor.enabled)",
+            "message": "monitoring.alerts needs monitoring.podMonitor.enabled: the rules find the release's series "
+            "by the labels its PodMonitor puts on them",
+        }
+    ],
+    ("rollout", "canary"): [
+        {
+            "rule": "self.steps.all(s, has(s.copies) != has(s.percent))",
+            "message": "a canary step gives its size as copies or as percent, one of the two",
+        },
+        {
+            "rule": "!has(self.traffic) || self.traffic != 'httpRoute' || "
+            "(has(self.httpRoute) && has(self.httpRoute.parentRefs) && size(self.httpRoute.parentRefs) > 0)",
+            "message": "rollout.canary traffic httpRoute needs httpRoute.parentRefs, the Gateway the route attaches to",
+        },
+        {
+            "rule": "!has(self.metrics) || !has(self.metrics.source) || self.metrics.source != 'prometheus' || "
+            "has(self.metrics.prometheusUrl)",
+            "message": "rollout.canary metrics.source prometheus needs metrics.prometheusUrl",
+        },
+    ],
 }
 
 

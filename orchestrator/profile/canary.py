@@ -105,6 +105,7 @@ class HTTPRouteSpec(profile_base.Model):
 class CanarySpec(profile_base.Model):
     steps: list[Step] = Field(
         min_length=1,
+        max_length=20,  # bounds the admission rule's cost; more steps than copies would never grow
         description="Each step's canary size and analysis, growing; after the last, every copy runs the new "
         "revision. The first step also runs the smoke gate on the canary alone.",
     )
