@@ -48,6 +48,16 @@ def _widens(old_rule: str, new_rule: str) -> bool:
     return items(old) <= items(new)
 
 
+_GUARD = re.compile(r"^!has\(self\.([A-Za-z_][A-Za-z0-9_]*)\) \|\| ")
+
+
+def _guarded_by_a_new_field(rule: str, old: dict[str, Any]) -> bool:
+    """A rule that begins ``!has(self.f) || …`` where ``f`` is a field the old schema did not have holds
+    for every object the old schema accepted: none of them can set ``f``."""
+    guard = _GUARD.match(rule)
+    return guard is not None and guard[1] not in old.get("properties", {})
+
+
 def stricter(old: dict[str, Any], new: dict[str, Any], path: str = "") -> list[str]:
     """Where schema ``new`` refuses something schema ``old`` accepted (an empty list: it accepts
     every object the old one did). Conservative: a changed CEL rule or pattern counts as stricter."""
@@ -72,7 +82,9 @@ def stricter(old: dict[str, Any], new: dict[str, Any], path: str = "") -> list[s
             found.append(f"{where}: {key} {old.get(key)} -> {new[key]}")
     old_rules = {r["rule"] for r in old.get("x-kubernetes-validations", [])}
     for rule in new.get("x-kubernetes-validations", []):
-        if rule["rule"] not in old_rules and not any(_widens(o, rule["rule"]) for o in old_rules):
+        if rule["rule"] in old_rules or any(_widens(o, rule["rule"]) for o in old_rules):
+            continue
+        if not _guarded_by_a_new_field(rule["rule"], old):
             found.append(f"{where}: new or changed CEL rule {rule['rule']!r}")
     if old.get("x-kubernetes-preserve-unknown-fields") and not new.get("x-kubernetes-preserve-unknown-fields"):
         found.append(f"{where}: unknown fields no longer kept")
@@ -221,3 +233,13 @@ def test_render_controller_refuses_an_unpinned_image_or_a_bad_namespace_with_exi
     assert result.exit_code == ExitCode.INVALID_PROFILE
     assert says in result.stderr and "Traceback" not in result.output
     assert "items" not in result.stdout, "nothing rendered"
+
+
+def test_a_new_rule_counts_as_stricter_unless_it_only_speaks_of_a_field_the_old_schema_lacked() -> None:
+    old = {"type": "object", "properties": {"podMonitor": {"type": "object"}}}
+    rule = {"rule": "!has(self.alerts) || has(self.podMonitor)", "message": "m"}
+    assert stricter(old, {**old, "x-kubernetes-validations": [rule]}) == []
+    old_field = {"rule": "!has(self.podMonitor) || self.podMonitor.size() > 0", "message": "m"}
+    assert stricter(old, {**old, "x-kubernetes-validations": [old_field]}) != []
+    unguarded = {"rule": "has(self.podMonitor)", "message": "m"}
+    assert stricter(old, {**old, "x-kubernetes-validations": [unguarded]}) != []
