@@ -38,8 +38,10 @@ def test_git_server_serves_commits(git_server: fluxhelpers.GitServer) -> None:
     second = git_server.commit("plain", {"a.txt": "two\n", "dir/b.txt": None}, "second")
     assert git_server.head("plain") == second != first
 
-    refs = subprocess.run(["git", "ls-remote", url], capture_output=True, text=True, check=True).stdout
-    assert f"{second}\trefs/heads/main" in refs
+    listed = subprocess.run(["git", "ls-remote", url], capture_output=True, text=True, check=False)
+    # Say why when it fails: a CI run once saw exit 128 here with nothing else to go on.
+    assert listed.returncode == 0, f"git ls-remote {url}: {listed.stderr[-1500:]}; served {git_server.requests}"
+    assert f"{second}\trefs/heads/main" in listed.stdout
     tree = subprocess.run(
         ["git", "--git-dir", str(git_server.repo_path("plain")), "ls-tree", "-r", "--name-only", second],
         capture_output=True,
