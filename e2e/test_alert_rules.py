@@ -17,7 +17,6 @@ from __future__ import annotations
 import json
 import math
 import random
-import re
 import subprocess
 import urllib.error
 import urllib.request
@@ -117,16 +116,6 @@ def _series(name: str, labels: dict[str, str]) -> str:
     return f'{{__name__="{name}",{inside}}}'
 
 
-def matches(labels: dict[str, str], matchers: str) -> bool:
-    """Whether a sample's labels meet a metric table's PromQL matchers (=, !=, =~, !~)."""
-    for name, op, value in re.findall(r'([A-Za-z_][A-Za-z0-9_]*)\s*(=~|!~|!=|=)\s*"((?:[^"\\]|\\.)*)"', matchers):
-        have = labels.get(name, "")
-        hit = have == value if op in ("=", "!=") else re.fullmatch(value, have) is not None
-        if hit == (op in ("!=", "!~")):
-            return False
-    return True
-
-
 def without_successes(families: dict[str, exposition.Family], table: metric_table.MetricTable) -> None:
     """Drop what a server that never answered well would not have: engines create a counter's series
     at its first increment, so there is no success series at all, not one at zero."""
@@ -134,7 +123,7 @@ def without_successes(families: dict[str, exposition.Family], table: metric_tabl
     assert succeeded is not None and failed is not None
     if succeeded.family.name == failed.family.name:
         family = families[succeeded.family.name]
-        family.samples = [x for x in family.samples if matches(x.labels, failed.matchers)]
+        family.samples = [x for x in family.samples if failed.matches(x.labels)]
     else:
         families.pop(succeeded.family.name, None)  # the simulator's TGI mode already has none
 
