@@ -1,12 +1,16 @@
-"""rollout.canary on the local control plane, as far as this deployctl runs it: preflight places the
-canary (beside the stable copies when the kwok GPU nodes have room), `apply --dry-run` says so, and a
-real apply refuses, before any write, a canary it would not run. The analysis' metrics source `pods`
-reads a window of live traffic through the API server."""
+"""rollout.canary on the local control plane: preflight places the canary beside the stable copies
+(the kwok GPU nodes have room), `apply --dry-run` says so, and `apply` runs its steps on live traffic,
+read from each pod's metrics through the API server (source `pods`): a good canary is promoted, a
+slower one removed with the stable copies untouched, and too little traffic follows the policy."""
 
 from __future__ import annotations
 
 import json
+import threading
+import time
 import urllib.request
+from collections.abc import Callable
+from typing import Any
 
 import kubernetes
 from deployhelpers import GOOD_TTFT_MS, MODEL, ReleaseEnv, profile
@@ -17,26 +21,120 @@ from orchestrator.engines import metric_table
 from orchestrator.gate import live_metrics
 
 
-def test_preflight_places_the_canary_beside_and_apply_refuses_to_ignore_it(env: ReleaseEnv) -> None:
+def test_a_good_canary_passes_its_step_on_live_traffic_and_is_promoted(env: ReleaseEnv) -> None:
+    """Preflight places the canary beside the stable copies, the canary's pod passes the gate alone,
+    a window of live traffic judges it against the stable pods, and the promotion moves every copy."""
     first = env.apply(profile(env.namespace, rollout={"replicas": 2}))
     assert first.code == 0, first.stdout + first.stderr
-    before = env.deployment()
-
-    canary = {"replicas": 2, "canary": {"steps": [{"copies": 1, "analysis": {"window": "1m"}}]}}
-    changed = profile(env.namespace, rollout=canary, engine={"maxNumSeqs": 16})  # a new pod template
+    changed = profile(env.namespace, rollout=_canary_rollout(), engine={"maxNumSeqs": 16})  # a new pod template
     planned = env.apply(changed, "--dry-run")
     assert planned.code == 0, planned.stdout + planned.stderr
     assert "its canary beside the stable copies" in planned.json["message"], planned.json
 
-    refused = env.apply(changed)
-    assert refused.code == 5, refused.stdout + refused.stderr
-    assert refused.json["result"] == "refused"
-    message = refused.json["message"]
-    assert "does not run canary steps yet" in message and "Nothing was written" in message, message
-    assert "Traceback" not in refused.stderr
+    with Traffic([env.good_port]) as traffic:
+        promoted = env.apply(changed, timeout=400)
+    assert promoted.code == 0, promoted.stdout + promoted.stderr
+    assert promoted.json["result"] == "deployed" and promoted.json["revision"] == 2, promoted.json
+    assert traffic.failed == 0 and traffic.answered > 0, traffic
+    evidence = env.record(2)["canary"]
+    assert evidence["mode"] == "beside" and evidence["result"] == "passed", evidence
+    (step,) = evidence["steps"]
+    assert step["copies"] == 1 and step["gate"] == "pass" and step["decision"] == "pass", step
+    analysis = step["analysis"]
+    assert analysis["verdict"] == "pass" and analysis["canary"]["requests"] >= MIN_REQUESTS, analysis
+    assert len(analysis["canary"]["pods"]) == 1 and len(analysis["stable"]["pods"]) == 2, analysis
+    assert {c["metric"] for c in analysis["checks"]} >= {"p95_ttft_ms", "error_rate"}, analysis
+    assert env.deployment("llm-canary") is None, "the promotion left the canary Deployment"
+    args = env.deployment().spec.template.spec.containers[0].args
+    assert "16" in args[args.index("--max-num-seqs") + 1], args
+
+
+def test_a_slower_canary_is_removed_and_the_stable_copies_never_change(
+    env: ReleaseEnv, simulator: Callable[..., Any]
+) -> None:
+    """The new revision serves on pod port 8001, where a simulator answers ten times slower: its smoke
+    run meets the SLO, but live traffic beside the stable copies fails the canary, which is removed.
+    The stable Deployment is never written and its traffic never fails."""
+    slow = simulator(model=MODEL, ttft_ms=GOOD_TTFT_MS * 10)
+    env.forward_8001(slow.port)
+    first = env.apply(profile(env.namespace, rollout={"replicas": 2}))
+    assert first.code == 0, first.stdout + first.stderr
+    before = env.deployment()
+
+    with Traffic([env.good_port, slow.port]) as traffic:
+        failed = env.apply(profile(env.namespace, port=8001, rollout=_canary_rollout()), timeout=400)
+    assert failed.code == 6, failed.stdout + failed.stderr
+    assert failed.json["result"] == "rolled_back" and failed.json["rolled_back_to"] == 1, failed.json
+    assert failed.json["failure"]["class"] == "canary_failed", failed.json
+    assert "p95_ttft_ms" in failed.json["message"] and "never changed" in failed.json["message"], failed.json
+    assert "Traceback" not in failed.stderr
+    assert traffic.failed == 0, traffic  # the stable copies kept serving, without a failed request
     after = env.deployment()
-    assert after.metadata.generation == before.metadata.generation, "the refused apply changed the Deployment"
-    assert [r["revision"] for r in env.history()] == [1], "the refusal wrote no record"
+    assert after.metadata.generation == before.metadata.generation, "the failed canary changed the stable copies"
+    assert env.deployment("llm-canary") is None, "the failed canary was left running"
+    assert [(r["revision"], r["status"]) for r in env.history()] == [(1, "deployed"), (2, "failed")]
+    evidence = env.record(2)["canary"]
+    assert evidence["result"] == "failed" and evidence["failed_step"] == 1 and evidence["removed"] == [], evidence
+    analysed = evidence["steps"][0]["analysis"]["checks"]
+    checks = {c["metric"]: c for c in analysed if c["source"].startswith("ratio")}  # not the absolute SLOs
+    assert checks["p95_ttft_ms"]["passed"] is False, checks
+    stable_p95 = checks["p95_ttft_ms"]["limit"] / 1.2  # the default maxRatio
+    assert checks["p95_ttft_ms"]["canary"] > 3 * stable_p95, checks
+
+
+def test_too_little_traffic_follows_the_inconclusive_policy(env: ReleaseEnv) -> None:
+    """No live traffic in the window: inconclusive, and with `inconclusive: fail` the canary is removed."""
+    first = env.apply(profile(env.namespace, rollout={"replicas": 2}))
+    assert first.code == 0, first.stdout + first.stderr
+    rollout = _canary_rollout()
+    rollout["canary"]["inconclusive"] = "fail"
+    failed = env.apply(profile(env.namespace, rollout=rollout, engine={"maxNumSeqs": 16}), timeout=400)
+    assert failed.code == 6, failed.stdout + failed.stderr
+    assert "inconclusive" in failed.json["failure"]["message"], failed.json
+    assert "fewer than minRequests" in failed.json["failure"]["message"], failed.json
+    step = env.record(2)["canary"]["steps"][0]
+    assert step["decision"] == "fail" and step["analysis"]["verdict"] == "inconclusive", step
+    assert env.deployment("llm-canary") is None
+
+
+MIN_REQUESTS = 10
+
+
+def _canary_rollout() -> dict[str, Any]:
+    window = {"window": "20s", "minRequests": MIN_REQUESTS}
+    return {"replicas": 2, "canary": {"steps": [{"copies": 1, "analysis": window}], "metrics": {"interval": "5s"}}}
+
+
+class Traffic:
+    """Live traffic in the background: chat requests straight to the simulators behind the pods, one
+    after the other, as a Service spreading requests over both sides would send them."""
+
+    def __init__(self, ports: list[int]) -> None:
+        self.ports, self.answered, self.failed = ports, 0, 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> Traffic:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=60)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            for port in self.ports:
+                try:
+                    ok = post(f"http://127.0.0.1:{port}/v1/chat/completions") == 200
+                except OSError:
+                    ok = False
+                self.answered += ok
+                self.failed += not ok
+            time.sleep(0.05)
+
+    def __repr__(self) -> str:
+        return f"Traffic(answered={self.answered}, failed={self.failed})"
 
 
 def test_the_pods_source_reads_a_windows_traffic_through_the_api_server(env: ReleaseEnv) -> None:
@@ -54,8 +152,8 @@ def test_the_pods_source_reads_a_windows_traffic_through_the_api_server(env: Rel
     assert len(pods) == 2, pods
     table = metric_table.table("vllm", metric_table.versions("vllm")[-1])
     kube = orchestrator_kube.connect(str(env.kubeconfig))
-    tracks = {pods[0]: "canary", pods[1]: "stable"}
-    with pod_metrics.Reader(kube, env.namespace, tracks, 8000, table.path) as reader:
+    targets = {pods[0]: pod_metrics.Target("canary", 8000), pods[1]: pod_metrics.Target("stable", 8000)}
+    with pod_metrics.Reader(kube, env.namespace, targets, table.path) as reader:
         start = reader.read()
         for _ in range(REQUESTS):
             assert post(f"http://127.0.0.1:{env.good_port}/v1/chat/completions") == 200

@@ -25,7 +25,7 @@ from deployhelpers import ReleaseEnv, Result, deployctl, profile, write_profile
 
 REPO = Path(__file__).resolve().parent.parent
 V010 = "6175418"  # deployctl 0.1.0, the release before record formats
-WRITES = 4  # the record format the deployctl under test writes
+WRITES = 5  # the record format the deployctl under test writes
 NEWER = WRITES + 1  # a format no deployctl writes yet
 RECORD_LABELS = "deployctl.dev/release-record=true,deployctl.dev/release=llm"
 
@@ -140,7 +140,7 @@ def test_a_release_deployed_by_0_1_0_is_verified_upgraded_rolled_back_to_and_uni
     )
     assert records(env)["deployctl.llm.v2"].metadata.labels["deployctl.dev/record-format"] == str(WRITES)
     assert max_num_seqs(env) == "16"
-    # What 0.1.0 does with a format 3 record (docs/record-format.md): it refuses the whole release, exit 9.
+    # What 0.1.0 does with a record of a later format (docs/record-format.md): it refuses the whole release, exit 9.
     old_view = old_deployctl(v010, env.kubeconfig, "history", "llm", "-n", env.namespace)
     assert old_view.code == 9 and "deployctl.llm.v2" in old_view.stderr, old_view.stdout + old_view.stderr
 

@@ -95,6 +95,42 @@ def serving() -> dict[str, Any]:
     return {"time_to_serving": stored.to_json()}
 
 
+def canary() -> dict[str, Any]:
+    """``canary=`` for the failed image's draft, from the format that has it on (none before): its
+    canary failed step 1's analysis on live traffic."""
+    if "canary" not in getattr(writer.Draft, "__dataclass_fields__", {}):
+        return {}
+    side = {"requests": 212.0, "p95_ttft_ms": 2100.0, "error_rate": 0.0}
+    analysis = {
+        "verdict": "fail",
+        "reason": "p95_ttft_ms 2100.0 is over 744.0 (ratio 1.2 to stable 620.0)",
+        "window_s": 300.0,
+        "canary_share": 0.25,
+        "canary": {"pods": ["llama3-70b-canary-5c8d7-q2w4e"], **side},
+        "stable": {"pods": ["llama3-70b-7d9f8c6b5-x2x7q"], **side, "requests": 636.0, "p95_ttft_ms": 620.0},
+        "checks": [
+            {
+                "metric": "p95_ttft_ms",
+                "canary": 2100.0,
+                "limit": 744.0,
+                "source": "ratio 1.2 to stable 620.0",
+                "passed": False,
+            },
+        ],
+    }
+    step = {"step": 1, "copies": 1, "of": 4, "gate": "pass", "windows": 1, "decision": "fail", "analysis": analysis}
+    evidence = {
+        "mode": "beside",
+        "traffic": "service",
+        "source": "pods",
+        "steps": [step],
+        "result": "failed",
+        "failed_step": 1,
+        "removed": [],
+    }
+    return {"canary": evidence}
+
+
 def build(store: Store) -> list[releases.Record]:
     base = PROFILE.read_text()
     install = revision_of(base)
@@ -104,7 +140,7 @@ def build(store: Store) -> list[releases.Record]:
 
     def append(step: int, what: dict[str, Any], outcome: releases.Outcome, **fields: Any) -> releases.Record:
         now = START + datetime.timedelta(minutes=10 * step)
-        draft = writer.Draft(name, namespace, actor=ACTOR, **what, **signed())
+        draft = writer.Draft(name, namespace, actor=ACTOR, **what, **signed(), **(canary() if step == 2 else {}))
         return writer.append(store, writer.NewRecord(draft, outcome, **fields), now=now)
 
     observed = [{"pod": "llama3-70b-7d9f8c6b5-x2x7q", "kv_cache_tokens": 412_320, "load_seconds": 187.4}]

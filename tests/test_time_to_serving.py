@@ -10,7 +10,7 @@ from typing import Any, cast
 import pytest
 from test_gate import report
 
-from orchestrator.apply import cluster_preflight, pipeline, verify
+from orchestrator.apply import cluster_preflight, verify
 from orchestrator.apply import time_to_serving as tts
 from orchestrator.gate import verdict as gate
 from orchestrator.plan import planner
@@ -213,7 +213,7 @@ def test_a_startup_probe_shorter_than_the_last_start_is_said_with_the_number_to_
     allowed = cluster_preflight.startup_budget(objects)
     assert allowed is not None
     before = render.to_yaml(objects)
-    warning = pipeline._startup_probe_warning(prof, planner.plan(prof), _live(prof, allowed), objects)
+    warning = cluster_preflight.startup_probe_warning(prof, planner.plan(prof), _live(prof, allowed), objects)
     assert warning == (
         f"the startup probe allows {allowed} s but revision 3's pods took up to {allowed} s from container start "
         f"to Ready: a restarted pod would be killed while it loads; set engine.startupSeconds to at least "
@@ -224,13 +224,13 @@ def test_a_startup_probe_shorter_than_the_last_start_is_said_with_the_number_to_
 
 def test_a_start_the_probe_already_covers_says_nothing() -> None:
     prof, objects = _rendered()
-    assert pipeline._startup_probe_warning(prof, planner.plan(prof), _live(prof, 30.0), objects) is None
+    assert cluster_preflight.startup_probe_warning(prof, planner.plan(prof), _live(prof, 30.0), objects) is None
 
 
 def test_a_start_seen_on_another_setup_says_nothing_about_this_one() -> None:
     prof, objects = _rendered()
     other, _ = _rendered("prod-tp4.yaml")
-    assert pipeline._startup_probe_warning(prof, planner.plan(prof), _live(other, 10**5), objects) is None
+    assert cluster_preflight.startup_probe_warning(prof, planner.plan(prof), _live(other, 10**5), objects) is None
 
 
 # --- the release's clock and the first token ----------------------------------------------------------

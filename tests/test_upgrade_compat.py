@@ -186,7 +186,7 @@ def test_version_json_names_the_record_formats_crd_chart_and_flag_tables() -> No
     assert data["engines"]["vllm"]["flag_sets"] == data["vllm_flag_sets"]
     assert all(e["default"] in e["flag_sets"] for e in data["engines"].values())
     text = CliRunner().invoke(cli.main, ["version"]).stdout
-    assert f"Release records: writes format {releases.RECORD_FORMAT}, reads 1, 2, 3, 4\n" in text
+    assert f"Release records: writes format {releases.RECORD_FORMAT}, reads 1, 2, 3, 4, 5\n" in text
     assert f"CRD: {crd.NAME} {crd.VERSION}; chart: {render.CHART_NAME} {orchestrator.__version__}" in text
 
 

@@ -14,11 +14,12 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from orchestrator import conventions, errors
-from orchestrator.apply import applyset, confine
+from orchestrator.apply import applyset, confine, time_to_serving
 from orchestrator.kube import Kube
 from orchestrator.plan import planner, preflight
 from orchestrator.profile import gate_auth
 from orchestrator.profile.model import Profile
+from orchestrator.records import releases
 from orchestrator.records import trust as record_trust
 from orchestrator.render import manifests as render
 
@@ -83,12 +84,6 @@ _CANARY_WHY = {
     "beside": "the cluster has room for the largest step's copies",
     "replace": "no room for a copy beside them",
 }
-CANARY_NOT_RUN = (
-    "rollout.canary is validated and placed by preflight (`deployctl apply --dry-run` says whether its copies go "
-    "beside the stable ones or in their place), but this deployctl does not run canary steps yet, and deploying "
-    "every copy at once would ignore what the profile asks. Nothing was written. Remove rollout.canary to deploy "
-    "behind the smoke gate alone"
-)
 
 
 def with_strategy(objects: list[dict[str, Any]], strategy: Mapping[str, object]) -> None:
@@ -213,3 +208,23 @@ def check_monitoring(kube: Kube, profile: Profile, monitoring: list[str]) -> Non
             ) from None
         except errors.Forbidden:
             pass  # check_access names the missing permission
+
+
+def startup_probe_warning(
+    profile: Profile, plan: planner.Plan, live: releases.Record | None, objects: list[dict[str, Any]]
+) -> str | None:
+    """Whether the startup probe would kill a pod still loading: the slowest start the live revision
+    showed on the same setup, with time_to_serving.STARTUP_MARGIN, against what the rendered probe
+    allows. Said, never changed here: a probe is part of the pod template, so changing it by itself
+    would replace every pod on an apply that changes nothing else; engine.startupSeconds is the fix."""
+    same = live is not None and live.plan is not None and planner.same_setup(live.plan, profile, plan)
+    slowest = time_to_serving.slowest_start(live.time_to_serving) if live and same else None
+    allowed = startup_budget(objects)
+    if slowest is None or allowed is None or (floor := time_to_serving.startup_floor(slowest)) <= allowed:
+        return None
+    assert live is not None
+    return (
+        f"the startup probe allows {allowed} s but revision {live.revision}'s pods took up to {slowest:.0f} s from "
+        f"container start to Ready: a restarted pod would be killed while it loads; set engine.startupSeconds to "
+        f"at least {floor}"
+    )

@@ -34,14 +34,14 @@ Result = Literal[
 CLUSTER_CLASSES = frozenset({"cluster_error", "lock_lost"})
 # deployctl itself failed after the first write (a bug): the revision is undone and recorded; 5.
 INTERNAL_CLASS = "internal_error"
-GATE_STAGES = frozenset({"health", "smoke"})
+GATE_STAGES = frozenset({"health", "smoke", "canary"})  # canary: its analysis of live traffic
 
 
 @dataclasses.dataclass(frozen=True)
 class Failure:
     cls: str  # a rollout failure class (docs/troubleshooting.md), slo_failed, gate_error, …
     message: str
-    stage: str  # preflight | apply | rollout | health | smoke | record | sync
+    stage: str  # preflight | apply | rollout | health | smoke | canary | record | sync
 
     def to_json(self) -> dict[str, str]:
         return {"class": self.cls, "message": self.message, "stage": self.stage}

@@ -17,6 +17,7 @@ from typing import Any
 from orchestrator import conventions, engines, errors
 from orchestrator.apply import (
     applyset,
+    canary,
     cluster_preflight,
     confine,
     group_rollout,
@@ -59,10 +60,7 @@ def apply(profile: Profile, profile_text: str, options: sequence.Options, report
     with timings.phase("preflight"):
         checked = cluster_preflight.run(kube, profile, plan, options.keys, report, adopt=options.adopt)
     check, objects = checked.verdict, checked.objects
-    # A canary is validated and placed by preflight, not yet run: deploying every copy at once
-    # instead would ignore what the profile asked for.
-    canary = profile.rollout.canary is not None and not options.dry_run
-    if (refusal := check.refusal or (cluster_preflight.CANARY_NOT_RUN if canary else None)) is not None:
+    if (refusal := check.refusal or canary.not_run(profile)) is not None:
         refused = Failure("preflight", refusal, "preflight")
         return Outcome("refused", name, namespace, refusal, failure=refused, timings=timings, warnings=check.warnings)
     if options.dry_run:
@@ -71,7 +69,7 @@ def apply(profile: Profile, profile_text: str, options: sequence.Options, report
     with sequence.release_lock(kube, namespace, name, checked.user, options, report) as lock:
         # Only records deployctl's key signed decide what is live (and so what a failure restores).
         live = revisions.live(record_trust.for_write(kube, name, namespace, options.keys, report).trusted)
-        probe_warning = _startup_probe_warning(profile, plan, live, objects)
+        probe_warning = cluster_preflight.startup_probe_warning(profile, plan, live, objects)
         manifests = render.to_yaml(objects).encode()
         actor = writer.actor(checked.user, options.environ)
         draft = writer.Draft.of_profile(profile, plan.to_json(), manifests, profile_text, actor, options.keys.signer)
@@ -92,8 +90,10 @@ def apply(profile: Profile, profile_text: str, options: sequence.Options, report
                 stop = Failure("lock_lost", f"{lost}; the warm-up ran, nothing else was written", "warmup")
             if warm is not None and stop is not None:
                 outcome = _stopped_by_warmup(kube, draft, description, stop, warm, report, timings)
-            else:
-                outcome = _deploy(
+            else:  # a canary's steps first; its promotion is an apply like any other, gate included
+                trial = canary.of(kube, profile, objects, live, spec, check.canary_mode, report, lock)
+                draft, ended = canary.first(trial, draft, description, timings) if trial else (draft, None)
+                outcome = ended or _deploy(
                     kube, objects, draft, description, live, spec, lock, options, report, timings, copies, existed, warm
                 )
         finally:
@@ -115,26 +115,6 @@ def _live_calibration(kube: Kube, profile: Profile, options: sequence.Options, r
         raise resolve.needs_calibration(found, name)
     report("plan", f"KV cache from the calibration of {found.source}: vLLM's memory profiling is skipped")
     return found
-
-
-def _startup_probe_warning(
-    profile: Profile, plan: planner.Plan, live: releases.Record | None, objects: list[dict[str, Any]]
-) -> str | None:
-    """Whether the startup probe would kill a pod still loading: the slowest start the live revision
-    showed on the same setup, with time_to_serving.STARTUP_MARGIN, against what the rendered probe
-    allows. Said, never changed here: a probe is part of the pod template, so changing it by itself
-    would replace every pod on an apply that changes nothing else; engine.startupSeconds is the fix."""
-    same = live is not None and live.plan is not None and planner.same_setup(live.plan, profile, plan)
-    slowest = time_to_serving.slowest_start(live.time_to_serving) if live and same else None
-    allowed = cluster_preflight.startup_budget(objects)
-    if slowest is None or allowed is None or (floor := time_to_serving.startup_floor(slowest)) <= allowed:
-        return None
-    assert live is not None
-    return (
-        f"the startup probe allows {allowed} s but revision {live.revision}'s pods took up to {slowest:.0f} s from "
-        f"container start to Ready: a restarted pod would be killed while it loads; set engine.startupSeconds to "
-        f"at least {floor}"
-    )
 
 
 @dataclasses.dataclass(frozen=True)

@@ -18,6 +18,14 @@ from orchestrator.kube import Kube, PortForwarder
 
 
 @dataclasses.dataclass(frozen=True)
+class Target:
+    """A pod the analysis reads: its side and the port its engine serves metrics on."""
+
+    track: str  # "canary" | "stable"
+    port: int
+
+
+@dataclasses.dataclass(frozen=True)
 class Round:
     """One read of every pod: what each answered, and why the others did not."""
 
@@ -28,16 +36,20 @@ class Round:
 class Reader:
     """Port-forwards to the pods, kept open across rounds: ``with Reader(...) as r: r.read()``."""
 
-    def __init__(self, kube: Kube, namespace: str, tracks: Mapping[str, str], port: int, path: str) -> None:
-        self._kube, self._namespace, self._port, self._path = kube, namespace, port, path
-        self._tracks = dict(tracks)  # pod -> "canary" | "stable"
+    def __init__(self, kube: Kube, namespace: str, targets: Mapping[str, Target], path: str) -> None:
+        self._kube, self._namespace, self._path = kube, namespace, path
+        self._targets = dict(targets)  # pod -> its side and port: the two sides may serve on different ports
         self._urls: dict[str, str] = {}
         self._stack = contextlib.ExitStack()
 
     def __enter__(self) -> Reader:
-        for pod in self._tracks:
-            forwarder = self._stack.enter_context(PortForwarder(self._kube, self._namespace, pod, self._port))
-            self._urls[pod] = forwarder.url
+        try:
+            for pod, target in self._targets.items():
+                forwarder = self._stack.enter_context(PortForwarder(self._kube, self._namespace, pod, target.port))
+                self._urls[pod] = forwarder.url
+        except BaseException:
+            self._stack.close()
+            raise
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -52,5 +64,5 @@ class Reader:
             except (errors.EndpointError, exposition.ExpositionError) as e:
                 unanswered[pod] = errors.shorten(str(e), 200)
                 continue
-            scrapes.append(live_metrics.Scrape(pod, self._tracks[pod], families))
+            scrapes.append(live_metrics.Scrape(pod, self._targets[pod].track, families))
         return Round(scrapes, unanswered)

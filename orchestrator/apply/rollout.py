@@ -86,13 +86,15 @@ def watch_rollout(
     wait: watching.Wait,
     *,
     engine: str = engines.DEFAULT_KIND,
+    release: str | None = None,
 ) -> watching.RolloutResult:
     """Wait until Deployment ``name`` is rolled out, or explain why it cannot be.
 
     A lost lock (``wait.abort``) ends the watch as failure class ``lock_lost``. ``engine`` says
-    whose crash lines to read.
+    whose crash lines to read; ``release`` whose Deployment ``name`` is, when it is not the release's
+    own (a canary's).
     """
-    selector = f"{RELEASE_LABEL}={name}"
+    selector = f"{RELEASE_LABEL}={release or name}"
     return watching.follow(
         kube,
         namespace,
@@ -283,7 +285,16 @@ class _Judge:
             return f"waiting for the controller to create pods ({wanted} wanted)"
         # One line per replica: a terminal shows them as a block that updates in place.
         lines = [f"{kube_status.name_of(pod)}: {pod_phase(pod)}" for pod in pods]
-        old = len([p for p in state.pods.values() if p not in pods])
+        # Old pods are this Deployment's: beside a canary, the release's other pods are the stable copies.
+        dep_uid = kube_status.Deployment.from_object(state.deployment).meta.uid
+        mine = {
+            rs.meta.uid
+            for rs in map(kube_status.ReplicaSet.from_object, state.replicasets.values())
+            if dep_uid in rs.meta.owner_uids
+        }
+        old = len(
+            [p for p in state.pods.values() if p not in pods and mine & set(kube_status.Meta.from_object(p).owner_uids)]
+        )
         if old:
             lines.append(f"{old} old pod(s) still present")
         return "\n".join(lines)

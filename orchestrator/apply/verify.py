@@ -54,6 +54,7 @@ class GateSpec:
     api_key_secret: gate_auth.ApiKeySecret | None = None  # gate.apiKeySecret: the server wants a key
     endpoint_own: bool = False  # the endpoint is the release's own Service: the API key may go there
     note: str | None = None  # what the gate changed about a stored revision's settings, to report
+    workload: str | None = None  # the Deployment that runs the revision; None: the release's own (a canary's: not)
 
     @property
     def sends_key(self) -> bool:
@@ -359,6 +360,8 @@ def _watch(
     wait = watching.Wait(spec.rollout_timeout, progress, abort)
     if spec.group is not None:
         return group_rollout.watch_groups(kube, namespace, name, spec.group, wait)
+    if spec.workload is not None:
+        return rollout.watch_rollout(kube, namespace, spec.workload, wait, engine=spec.engine, release=name)
     return rollout.watch_rollout(kube, namespace, name, wait, engine=spec.engine)
 
 

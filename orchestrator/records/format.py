@@ -21,8 +21,8 @@ import orchestrator
 from orchestrator import errors
 
 # The format this deployctl writes, and every format it reads (releases re-exports both).
-RECORD_FORMAT = 4
-RECORD_FORMATS_READ = (1, 2, 3, 4)
+RECORD_FORMAT = 5
+RECORD_FORMATS_READ = (1, 2, 3, 4, 5)
 FORMAT_KEY = "format"
 
 # The fields of record.json in each format. A new field is a new format: add a set here, bump
@@ -55,11 +55,13 @@ _FORMAT_1_FIELDS = frozenset(
 # record.dsse.json, outside what the hash covers) and ``trust``, set only on the record of a trust
 # step (outcome ``trusted``, docs/security.md#signed-records). Format 4 adds ``time_to_serving``: how long
 # the revision took from the write to its first token, by step and by pod (docs/time-to-serving.md).
+# Format 5 adds ``canary``: the steps of rollout.canary and what each measured (docs/canary.md).
 FIELDS: dict[int, frozenset[str]] = {
     1: _FORMAT_1_FIELDS,
     2: _FORMAT_1_FIELDS | {FORMAT_KEY},
     3: _FORMAT_1_FIELDS | {FORMAT_KEY, "trust"},
     4: _FORMAT_1_FIELDS | {FORMAT_KEY, "trust", "time_to_serving"},
+    5: _FORMAT_1_FIELDS | {FORMAT_KEY, "trust", "time_to_serving", "canary"},
 }
 # The first format that is signed, and the first whose records may be a trust step.
 SIGNED_FORMAT = 3

@@ -122,6 +122,9 @@ class RecordBody(_Strict):
     # How long the revision took to serve and where the time went (format 4,
     # apply.time_to_serving.TimeToServing.to_json()); None when it never became healthy.
     time_to_serving: encoding.JsonObject | None = None
+    # The canary's steps and what each measured (format 5, apply.canary.Steps.evidence); None when
+    # the revision ran no canary.
+    canary: encoding.JsonObject | None = None
 
 
 class Record(RecordBody):
@@ -139,7 +142,7 @@ class Record(RecordBody):
     def body(self) -> encoding.JsonObject:
         """The fields of ``record.json``: everything but the hash and the manifest bytes."""
         body = self.model_dump(include=set(RecordBody.model_fields))
-        for optional in ("observed", "deleted", "format", "trust", "time_to_serving"):
+        for optional in ("observed", "deleted", "format", "trust", "time_to_serving", "canary"):
             if body[optional] is None:
                 del body[optional]
         return body

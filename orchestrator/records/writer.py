@@ -50,6 +50,7 @@ class Draft:
     profile_hash: str
     actor: encoding.JsonObject
     signer: signing.Signer | None = None  # signs the record (None: written unsigned, with a warning)
+    canary: encoding.JsonObject | None = None  # the canary's steps and evidence (format 5), once they ran
 
     @classmethod
     def of_profile(
@@ -169,6 +170,7 @@ class NewRecord:
             "deleted": self.deleted,
             "trust": self.trust,
             "time_to_serving": self.time_to_serving,
+            "canary": draft.canary,
         }
         body.update({key: value for key, value in optional.items() if value is not None})
         return body
