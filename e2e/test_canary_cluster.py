@@ -13,7 +13,16 @@ from collections.abc import Callable
 from typing import Any
 
 import kubernetes
-from deployhelpers import GOOD_TTFT_MS, MODEL, ReleaseEnv, profile
+from deployhelpers import (
+    GOOD_TTFT_MS,
+    MODEL,
+    ReleaseEnv,
+    deployctl,
+    profile,
+    start_deployctl,
+    wait_until,
+    write_profile,
+)
 
 from orchestrator import kube as orchestrator_kube
 from orchestrator.apply import pod_metrics
@@ -21,17 +30,23 @@ from orchestrator.engines import metric_table
 from orchestrator.gate import live_metrics
 
 
-def test_a_good_canary_passes_its_step_on_live_traffic_and_is_promoted(env: ReleaseEnv) -> None:
+def test_a_good_canary_passes_its_step_on_live_traffic_and_is_promoted(
+    env: ReleaseEnv, simulator: Callable[..., Any]
+) -> None:
     """Preflight places the canary beside the stable copies, the canary's pod passes the gate alone,
-    a window of live traffic judges it against the stable pods, and the promotion moves every copy."""
+    a window of live traffic judges it against the stable pods, and the promotion moves every copy.
+    The new revision serves on pod port 8001, a simulator of its own as fast as the stable one: the
+    two sides' metrics come from different servers."""
+    canary_server = simulator(model=MODEL)
+    env.forward_8001(canary_server.port)
     first = env.apply(profile(env.namespace, rollout={"replicas": 2}))
     assert first.code == 0, first.stdout + first.stderr
-    changed = profile(env.namespace, rollout=_canary_rollout(), engine={"maxNumSeqs": 16})  # a new pod template
+    changed = profile(env.namespace, port=8001, rollout=_canary_rollout(), engine={"maxNumSeqs": 16})
     planned = env.apply(changed, "--dry-run")
     assert planned.code == 0, planned.stdout + planned.stderr
     assert "its canary beside the stable copies" in planned.json["message"], planned.json
 
-    with Traffic([env.good_port]) as traffic:
+    with Traffic([env.good_port, canary_server.port]) as traffic:
         promoted = env.apply(changed, timeout=400)
     assert promoted.code == 0, promoted.stdout + promoted.stderr
     assert promoted.json["result"] == "deployed" and promoted.json["revision"] == 2, promoted.json
@@ -68,7 +83,7 @@ def test_a_slower_canary_is_removed_and_the_stable_copies_never_change(
     assert failed.json["failure"]["class"] == "canary_failed", failed.json
     assert "p95_ttft_ms" in failed.json["message"] and "never changed" in failed.json["message"], failed.json
     assert "Traceback" not in failed.stderr
-    assert traffic.failed == 0, traffic  # the stable copies kept serving, without a failed request
+    assert traffic.failed == 0, traffic  # no request to the stable side's server (nor the canary's) failed
     after = env.deployment()
     assert after.metadata.generation == before.metadata.generation, "the failed canary changed the stable copies"
     assert env.deployment("llm-canary") is None, "the failed canary was left running"
@@ -97,11 +112,83 @@ def test_too_little_traffic_follows_the_inconclusive_policy(env: ReleaseEnv) -> 
     assert env.deployment("llm-canary") is None
 
 
+def test_pause_resume_and_promote_by_hand_mid_step(env: ReleaseEnv) -> None:
+    """`deployctl rollout pause`, `resume` and `promote` reach the apply running the canary in the middle
+    of a window far longer than the test: the promotion comes from the person, the record says who."""
+    first = env.apply(profile(env.namespace, rollout={"replicas": 2}))
+    assert first.code == 0, first.stdout + first.stderr
+    path = write_profile(env.tmp, profile(env.namespace, rollout=_canary_rollout("10m"), engine={"maxNumSeqs": 16}))
+    log = env.tmp / "apply.log"
+    running = start_deployctl(env.kubeconfig, "apply", str(path), "--output", "json", log=log)
+    try:
+        _wait_for_state(env, "analysing", running, log)
+        asked = _rollout(env, "pause")
+        assert asked["command"] == "pause" and asked["by"], asked
+        _wait_for_state(env, "paused", running, log)
+        text = deployctl(env.kubeconfig, "rollout", "status", "llm", "-n", env.namespace)
+        assert text.code == 0 and "paused" in text.stdout and "last command: pause" in text.stdout, text.stdout
+        _rollout(env, "resume")
+        _wait_for_state(env, "analysing", running, log)
+        _rollout(env, "promote")
+        running.wait(timeout=240)
+    finally:
+        if running.poll() is None:
+            running.kill()
+    assert running.returncode == 0, log.read_text()[-3000:]
+    assert [r["status"] for r in env.history()] == ["superseded", "deployed"], env.history()
+    evidence = env.record(2)["canary"]
+    assert evidence["result"] == "promoted" and evidence["promoted_by"]["command"] == "promote", evidence
+    assert evidence["steps"][0]["decision"] == "promote", evidence
+    assert env.deployment("llm-canary") is None
+    nothing = deployctl(env.kubeconfig, "rollout", "status", "llm", "-n", env.namespace, "-o", "json")
+    assert nothing.code == 0 and nothing.json["canary"] is None, nothing.stdout
+
+
+def test_abort_by_hand_removes_the_canary_and_records_who(env: ReleaseEnv) -> None:
+    first = env.apply(profile(env.namespace, rollout={"replicas": 2}))
+    assert first.code == 0, first.stdout + first.stderr
+    before = env.deployment()
+    path = write_profile(env.tmp, profile(env.namespace, rollout=_canary_rollout("10m"), engine={"maxNumSeqs": 16}))
+    log = env.tmp / "apply.log"
+    running = start_deployctl(env.kubeconfig, "apply", str(path), "--output", "json", log=log)
+    try:
+        _wait_for_state(env, "analysing", running, log)
+        _rollout(env, "abort")
+        running.wait(timeout=120)
+    finally:
+        if running.poll() is None:
+            running.kill()
+    assert running.returncode == 6, log.read_text()[-3000:]
+    assert "aborted the canary in step 1" in log.read_text(), log.read_text()[-3000:]
+    assert env.deployment("llm-canary") is None
+    assert env.deployment().metadata.generation == before.metadata.generation
+    evidence = env.record(2)["canary"]
+    assert evidence["result"] == "failed" and evidence["aborted_by"]["command"] == "abort", evidence
+    refused = deployctl(env.kubeconfig, "rollout", "promote", "llm", "-n", env.namespace)
+    assert refused.code == 1 and "has no canary running" in refused.stderr and "Traceback" not in refused.stderr
+
+
+def _rollout(env: ReleaseEnv, verb: str) -> dict[str, Any]:
+    result = deployctl(env.kubeconfig, "rollout", verb, "llm", "-n", env.namespace, "-o", "json")
+    assert result.code == 0, result.stdout + result.stderr
+    answer: dict[str, Any] = result.json
+    return answer
+
+
+def _wait_for_state(env: ReleaseEnv, state: str, running: Any, log: Any) -> None:
+    def there() -> bool:
+        assert running.poll() is None, log.read_text()[-3000:]
+        shown = deployctl(env.kubeconfig, "rollout", "status", "llm", "-n", env.namespace, "-o", "json").json
+        return bool(shown["canary"]) and shown["canary"].get("state") == state
+
+    wait_until(there, 120, f"the canary to be {state}")
+
+
 MIN_REQUESTS = 10
 
 
-def _canary_rollout() -> dict[str, Any]:
-    window = {"window": "20s", "minRequests": MIN_REQUESTS}
+def _canary_rollout(window_length: str = "20s") -> dict[str, Any]:
+    window = {"window": window_length, "minRequests": MIN_REQUESTS}
     return {"replicas": 2, "canary": {"steps": [{"copies": 1, "analysis": window}], "metrics": {"interval": "5s"}}}
 
 

@@ -96,14 +96,14 @@ def serving() -> dict[str, Any]:
 
 
 def canary() -> dict[str, Any]:
-    """``canary=`` for the failed image's draft, from the format that has it on (none before): its
-    canary failed step 1's analysis on live traffic."""
+    """``canary=`` for the upgrade's draft, from the format that has it on (none before): its canary
+    passed step 1 on live traffic and was promoted."""
     if "canary" not in getattr(writer.Draft, "__dataclass_fields__", {}):
         return {}
-    side = {"requests": 212.0, "p95_ttft_ms": 2100.0, "error_rate": 0.0}
+    side = {"requests": 212.0, "p95_ttft_ms": 650.0, "error_rate": 0.0}
     analysis = {
-        "verdict": "fail",
-        "reason": "p95_ttft_ms 2100.0 is over 744.0 (ratio 1.2 to stable 620.0)",
+        "verdict": "pass",
+        "reason": "3 checks held over 300 s of live traffic",
         "window_s": 300.0,
         "canary_share": 0.25,
         "canary": {"pods": ["llama3-70b-canary-5c8d7-q2w4e"], **side},
@@ -111,24 +111,17 @@ def canary() -> dict[str, Any]:
         "checks": [
             {
                 "metric": "p95_ttft_ms",
-                "canary": 2100.0,
+                "canary": 650.0,
                 "limit": 744.0,
                 "source": "ratio 1.2 to stable 620.0",
-                "passed": False,
+                "passed": True,
             },
+            {"metric": "error_rate", "canary": 0.0, "limit": 0.02, "source": "ratio 2 to stable 0.01", "passed": True},
+            {"metric": "p95_ttft_ms", "canary": 650.0, "limit": 1500.0, "source": "slo <=1500", "passed": True},
         ],
     }
-    step = {"step": 1, "copies": 1, "of": 4, "gate": "pass", "windows": 1, "decision": "fail", "analysis": analysis}
-    evidence = {
-        "mode": "beside",
-        "traffic": "service",
-        "source": "pods",
-        "steps": [step],
-        "result": "failed",
-        "failed_step": 1,
-        "removed": [],
-    }
-    return {"canary": evidence}
+    step = {"step": 1, "copies": 1, "of": 4, "gate": "pass", "windows": 1, "decision": "pass", "analysis": analysis}
+    return {"canary": {"mode": "beside", "traffic": "service", "source": "pods", "steps": [step], "result": "passed"}}
 
 
 def build(store: Store) -> list[releases.Record]:
@@ -140,7 +133,7 @@ def build(store: Store) -> list[releases.Record]:
 
     def append(step: int, what: dict[str, Any], outcome: releases.Outcome, **fields: Any) -> releases.Record:
         now = START + datetime.timedelta(minutes=10 * step)
-        draft = writer.Draft(name, namespace, actor=ACTOR, **what, **signed(), **(canary() if step == 2 else {}))
+        draft = writer.Draft(name, namespace, actor=ACTOR, **what, **signed(), **(canary() if step == 1 else {}))
         return writer.append(store, writer.NewRecord(draft, outcome, **fields), now=now)
 
     observed = [{"pod": "llama3-70b-7d9f8c6b5-x2x7q", "kv_cache_tokens": 412_320, "load_seconds": 187.4}]

@@ -122,5 +122,26 @@ def test_the_slos_judge_the_canary_absolutely_even_without_stable_copies() -> No
     start = [scrape("llm-c", "canary", EMPTY)]
     end = [scrape("llm-c", "canary", text(200, 0, [0.8] * 200))]
     slo = slo_language.parse_slo({"p95_ttft_ms": "<=500", "output_throughput": ">=10"})
-    analysis = canary_analysis.analyse(TABLE, start, end, 300, SPEC, 50, slo)
+    analysis = canary_analysis.analyse(TABLE, start, end, 300, SPEC, 50, slo, stable_expected=False)
     assert analysis.verdict == "fail" and [c.source for c in analysis.checks] == ["slo <=500"], analysis.checks
+
+
+def test_stable_copies_that_exist_but_did_not_answer_leave_the_window_inconclusive() -> None:
+    start = [scrape("llm-c", "canary", EMPTY)]
+    end = [scrape("llm-c", "canary", text(200, 0, [0.2] * 200))]
+    analysis = canary_analysis.analyse(TABLE, start, end, 300, SPEC, 50, {})
+    assert analysis.verdict == "inconclusive" and "no stable pod answered" in analysis.reason, analysis
+
+
+def test_a_canary_no_pod_of_which_answered_fails() -> None:
+    start = [scrape("llm-s", "stable", EMPTY)]
+    end = [scrape("llm-s", "stable", text(200, 0, [0.2] * 200))]
+    analysis = canary_analysis.analyse(TABLE, start, end, 300, SPEC, 50, {})
+    assert analysis.verdict == "fail" and "no canary pod answered" in analysis.reason, analysis
+
+
+def test_a_window_no_check_could_judge_is_inconclusive() -> None:
+    start = [scrape("llm-c", "canary", EMPTY)]
+    end = [scrape("llm-c", "canary", text(200, 0, [0.2] * 200))]
+    analysis = canary_analysis.analyse(TABLE, start, end, 300, SPEC, 50, {}, stable_expected=False)
+    assert analysis.verdict == "inconclusive" and "no check could judge" in analysis.reason, analysis

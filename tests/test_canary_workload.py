@@ -71,3 +71,21 @@ def test_a_single_pod_canary_on_pods_and_a_service_runs() -> None:
     prof, _ = rendered()
     assert canary_steps.not_run(prof) is None
     assert canary_steps.not_run(profile.loads(with_rollout("replicas: 2"), "plain.yaml")) is None
+
+
+def test_the_canary_has_the_new_network_policy_for_its_pods_alone() -> None:
+    prof, objects = rendered()
+    name = prof.metadata.name
+    (stable,) = [o for o in objects if o["kind"] == "NetworkPolicy"]
+    policy = canary_workload.network_policy(objects, name)
+    assert policy is not None and policy["metadata"]["name"] == f"{name}-canary"
+    selector = policy["spec"]["podSelector"]["matchLabels"]
+    assert selector == {**stable["spec"]["podSelector"]["matchLabels"], conventions.TRACK_LABEL: "canary"}
+    assert (
+        policy["spec"]["ingress"] == stable["spec"]["ingress"] and policy["spec"]["egress"] == stable["spec"]["egress"]
+    )
+    kinds = [o["kind"] for o in canary_workload.workloads(objects, name, 1)]
+    assert kinds == ["NetworkPolicy", "Deployment"], kinds  # the policy before the first canary pod
+    without = [o for o in objects if o["kind"] != "NetworkPolicy"]
+    assert canary_workload.network_policy(without, name) is None
+    assert [o["kind"] for o in canary_workload.workloads(without, name, 1)] == ["Deployment"]

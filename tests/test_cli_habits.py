@@ -56,6 +56,11 @@ PRINTS_DATA = {
     "version",
     "schema",
     "uninstall",
+    "rollout status",
+    "rollout promote",
+    "rollout abort",
+    "rollout pause",
+    "rollout resume",
 }
 
 

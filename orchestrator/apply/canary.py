@@ -15,17 +15,16 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any
 
 from orchestrator import conventions, errors
-from orchestrator.apply import confine, pod_metrics, rollout, sequence, verify, watching
+from orchestrator.apply import canary_control, pod_metrics, rollout, sequence, verify, watching
 from orchestrator.apply.lock import ReleaseLock
 from orchestrator.apply.outcome import Failure, Outcome, Timings
 from orchestrator.engines import metric_table
-from orchestrator.gate import canary_analysis
+from orchestrator.gate import canary_analysis, live_metrics
 from orchestrator.kube import Kube
-from orchestrator.kube import status as kube_status
 from orchestrator.profile import slo as slo_language
 from orchestrator.profile.canary import CanarySpec, Step
 from orchestrator.profile.model import Profile
@@ -34,6 +33,7 @@ from orchestrator.render import canary as canary_workload
 
 STAGE = "canary"
 FAILED = "canary_failed"  # the failure class of a step whose live traffic judged the canary worse
+ABORTED = "canary_aborted"  # `deployctl rollout abort`
 # What this deployctl does not run yet, said before any write (exit 5) instead of ignored.
 _NOT_RUN = {
     "multi_node": "a canary of copies that span nodes (one RayCluster per step)",
@@ -41,6 +41,12 @@ _NOT_RUN = {
     "httpRoute": "rollout.canary.traffic httpRoute",
 }
 Sleep = Callable[[float], None]
+# The controller does not run rollout.canary yet: it says so instead of deploying every copy at once.
+CONTROLLER_REFUSAL = (
+    "the controller does not run rollout.canary yet (its steps would hold a worker for up to steps x maxWait with "
+    "no Progressing condition to show them); deploy this profile with `deployctl apply`, which runs the canary, "
+    "or remove rollout.canary. Nothing was written"
+)
 
 
 def not_run(profile: Profile) -> str | None:
@@ -85,6 +91,7 @@ class Canary:
     mode: str  # "beside" | "replace" (preflight.Preflight.canary_mode)
     report: verify.Reporter
     abort: verify.Abort
+    stable_replicas: int  # the stable Deployment's copies before the canary: what `replace` gives back
     sleep: Sleep = time.sleep
 
     @property
@@ -119,7 +126,10 @@ def of(
         why = "a first install has no stable copies" if live is None else "this update replaces no pod"
         report("apply", f"rollout.canary has nothing to run: {why}")
         return None
-    return Canary(kube, profile, objects, live, spec, mode, report, lock.lost_reason)
+    stable = kube.get("Deployment", profile.metadata.name, profile.metadata.namespace) or {}
+    replicas = (stable.get("spec") or {}).get("replicas")
+    stable_replicas = replicas if isinstance(replicas, int) else profile.rollout.replicas
+    return Canary(kube, profile, objects, live, spec, mode, report, lock.lost_reason, stable_replicas)
 
 
 def first(c: Canary, draft: writer.Draft, description: str, timings: Timings) -> tuple[writer.Draft, Outcome | None]:
@@ -131,51 +141,78 @@ def first(c: Canary, draft: writer.Draft, description: str, timings: Timings) ->
 
 
 def run(c: Canary, timings: Timings) -> Steps:
-    """Run every step; a failed one ends with the canary removed and the stable copies whole."""
+    """Run every step; a failed one ends with the canary removed and the stable copies whole. A person
+    may promote, abort, pause or resume it meanwhile (``canary_control``)."""
     replicas = c.profile.rollout.replicas
     evidence: dict[str, Any] = {"mode": c.mode, "traffic": c.canary.traffic, "source": c.canary.metrics.source}
     steps: list[dict[str, Any]] = []
     evidence["steps"] = steps
-    first = canary_workload.deployment(c.objects, c.name, c.canary.steps[0].canary_copies(replicas))
-    # Never over an object the release does not own (a takeover), before the first write.
-    confine.before_writing(c.name, c.namespace, [first], c.kube.get, "the canary Deployment", adopt=False)
-    judged, failure = verify.Judgement(None), None
+    judged, failure, result = verify.Judgement(None), None, "passed"
     try:
         with timings.phase(STAGE):
             for index, step in enumerate(c.canary.steps):
-                judged_step, failure, entry = _step(c, index, step, timings)
+                steps.append({"step": index + 1, "copies": step.canary_copies(replicas), "of": replicas})
+                judged_step, failure = _step(c, index, step, timings, steps[-1])
                 judged = judged_step if index == 0 else judged
-                steps.append(entry)
                 if failure is not None:
                     break
+    except _ByHand as by_hand:
+        steps[-1]["decision"] = by_hand.command.verb
+        evidence["promoted_by" if by_hand.command.verb == "promote" else "aborted_by"] = by_hand.command.to_json()
+        if by_hand.command.verb == "abort":
+            what = f"{by_hand.command.by} aborted the canary in step {len(steps)} (`deployctl rollout abort`)"
+            failure = Failure(ABORTED, what, STAGE)
+        else:
+            result = "promoted"
+            c.report(
+                STAGE, f"{by_hand.command.by} promoted the canary in step {len(steps)} (`deployctl rollout promote`)"
+            )
     except Exception as e:  # every exit after the first write removes the canary
         failure = sequence.unexpected_failure(e, STAGE)
-    evidence["result"] = "passed" if failure is None else "failed"
+    except BaseException:  # Ctrl-C, SIGTERM: the canary goes too, the stable copies get back what it took
+        _remove(c)
+        raise
+    if failure is None and (lost := c.abort()) is not None:  # the promotion must not run without the lock
+        failure = Failure("lock_lost", lost, STAGE)
+    evidence["result"] = result if failure is None else "failed"
     if failure is None:
-        c.report(STAGE, "the canary passed every step: promoting it to every copy")
+        c.report(STAGE, "the canary passed: promoting it to every copy")
     else:
         evidence["failed_step"] = len(steps)
         evidence["removed"] = _remove(c)
     return Steps(failure, judged, evidence)
 
 
+class _ByHand(Exception):
+    """`deployctl rollout promote` or `abort` ends the steps where they are."""
+
+    def __init__(self, command: canary_control.Command) -> None:
+        super().__init__(command.verb)
+        self.command = command
+
+
 def _step(
-    c: Canary, index: int, step: Step, timings: Timings
-) -> tuple[verify.Judgement, Failure | None, dict[str, Any]]:
-    """Size the canary for step ``index``, gate it (the smoke run on the first step only) and judge a
-    window of live traffic."""
-    replicas, total = c.profile.rollout.replicas, len(c.canary.steps)
-    copies = step.canary_copies(replicas)
-    entry: dict[str, Any] = {"step": index + 1, "copies": copies, "of": replicas}
+    c: Canary, index: int, step: Step, timings: Timings, entry: dict[str, Any]
+) -> tuple[verify.Judgement, Failure | None]:
+    """Size the canary for step ``index``, gate it (the smoke run on the first step only) and judge
+    live traffic; what it found goes into ``entry``."""
+    replicas, total, copies = c.profile.rollout.replicas, len(c.canary.steps), entry["copies"]
+    _publish(c, entry, "starting")
+    if index > 0:  # a pause between steps holds the next one (step 1 first clears what an earlier run left)
+        _checkpoint(c, entry)
     c.report(STAGE, f"step {index + 1}/{total}: the new revision on {copies} of {replicas} copies ({c.mode})")
     if c.mode == "replace":
-        _scale_stable(c, replicas - copies)
-    c.kube.apply(canary_workload.deployment(c.objects, c.name, copies))
+        _scale_stable(c, max(c.stable_replicas - copies, 0))
+    for obj in canary_workload.workloads(c.objects, c.name, copies):
+        c.kube.apply(obj)
+    if index == 0:
+        canary_control.clear(c.kube, c.name, c.namespace)  # a command an earlier run left is not this one's
     spec = dataclasses.replace(
         c.spec, workload=canary_workload.workload_name(c.name), endpoint=None, endpoint_own=False, group=None
     )
     if index > 0:
         spec = dataclasses.replace(spec, smoke=None)  # the smoke run judged the revision on step 1
+    _publish(c, entry, "gate")
     judged = verify.verify(
         c.kube, c.name, c.namespace, spec, c.live.gate, c.report, timings, abort=c.abort, phase=STAGE
     )
@@ -183,13 +220,13 @@ def _step(
         entry["gate"] = judged.smoke.verdict.label
     if judged.failure is not None:
         entry["decision"] = "fail"
-        return judged, judged.failure, entry
-    analysis, windows, decision = _judge(c, step)
+        return judged, judged.failure
+    analysis, windows, decision = _judge(c, step, entry)
     entry.update(windows=windows, decision=decision, analysis=analysis.to_json())
+    if (lost := c.abort()) is not None:  # a window cut short by a lost lock judges nothing
+        return judged, Failure("lock_lost", lost, STAGE)
     if decision == "pass":
-        return judged, None, entry
-    if (lost := c.abort()) is not None:
-        return judged, Failure("lock_lost", lost, STAGE), entry
+        return judged, None
     why = (
         analysis.reason
         if analysis.verdict == "fail"
@@ -197,25 +234,32 @@ def _step(
     )
     if analysis.verdict == "inconclusive" and c.canary.inconclusive == "wait":
         why = f"still inconclusive after rollout.canary.maxWait {c.canary.maxWait}: {analysis.reason}"
-    message = f"the canary failed step {index + 1} of {total} on live traffic: {why}"
-    return judged, Failure(FAILED, message, STAGE), entry
+    return judged, Failure(FAILED, f"the canary failed step {index + 1} of {total} on live traffic: {why}", STAGE)
 
 
-def _judge(c: Canary, step: Step) -> tuple[canary_analysis.Analysis, int, str]:
+def _judge(c: Canary, step: Step, entry: dict[str, Any]) -> tuple[canary_analysis.Analysis, int, str]:
     """The step's analysis, window after window while it is inconclusive and the policy waits; with
-    how many windows it took and the decision (pass or fail) the policy makes of the last."""
+    how many windows it took and the decision (pass or fail) the policy makes of the last. Time
+    spent paused does not count toward maxWait."""
     window = conventions.prometheus_seconds(step.analysis.window)
     max_wait = conventions.prometheus_seconds(c.canary.maxWait)
-    started, windows = time.monotonic(), 0
+    started, windows, paused = time.monotonic(), 0, 0.0
     while True:
-        analysis = _window(c, step, window)
-        windows += 1
+        _publish(c, entry, "analysing", window=windows + 1)
+        analysis, held = _window(c, step, window, entry)
+        windows, paused = windows + 1, paused + held
         c.report(STAGE, f"window {windows}: {analysis.verdict}: {analysis.reason} ({_share(analysis)})")
+        share = analysis.canary_share
+        entry["last"] = {
+            "verdict": analysis.verdict,
+            "reason": analysis.reason,
+            "canary_share": share if share == share else None,
+        }
         if analysis.verdict != "inconclusive" or c.abort() is not None:
             return analysis, windows, "pass" if analysis.verdict == "pass" else "fail"
         if c.canary.inconclusive != "wait":
             return analysis, windows, c.canary.inconclusive
-        if time.monotonic() - started + window > max_wait:
+        if time.monotonic() - started - paused + window > max_wait:
             return analysis, windows, "fail"
 
 
@@ -226,44 +270,84 @@ def _share(analysis: canary_analysis.Analysis) -> str:
     return f"the canary answered {share:.0%} of {analysis.canary.requests + analysis.stable.requests:g} requests"
 
 
-def _window(c: Canary, step: Step, window: float) -> canary_analysis.Analysis:
-    """Read every serving pod's metrics each interval for ``window`` seconds, and judge the growth."""
+def _window(c: Canary, step: Step, window: float, entry: dict[str, Any]) -> tuple[canary_analysis.Analysis, float]:
+    """Read every serving pod's metrics each interval for ``window`` seconds, and judge the growth;
+    with the seconds it was paused (a pause starts the window again once resumed)."""
     engine = c.profile.engine
     table = metric_table.table(engine.kind, engine.engine_version)
     interval = conventions.prometheus_seconds(c.canary.metrics.interval)
-    targets = serving_pods(c.kube, c.name, c.namespace)
+    targets = pod_metrics.serving_pods(c.kube, c.name, c.namespace)
+    paused, first, last = 0.0, dict[str, live_metrics.Scrape](), dict[str, live_metrics.Scrape]()
+
+    def read() -> None:  # each pod's first and last answer: a missed read neither drops nor inflates a pod
+        for scrape in reader.read().scrapes:
+            first.setdefault(scrape.pod, scrape)
+            last[scrape.pod] = scrape
+
     with pod_metrics.Reader(c.kube, c.namespace, targets, table.path) as reader:
-        first = last = reader.read()
+        read()
         deadline = time.monotonic() + window
         while (left := deadline - time.monotonic()) > 0:
             if c.abort() is not None:
                 break
             c.sleep(min(interval, left))
-            last = reader.read()
+            if (held := _checkpoint(c, entry)) > 0:
+                paused += held
+                first.clear()
+                last.clear()
+                read()
+                deadline = time.monotonic() + window
+            read()
     slo = slo_language.parse_slo(c.profile.gate.smoke.slo)
-    return canary_analysis.analyse(table, first.scrapes, last.scrapes, window, c.canary, step.analysis.minRequests, slo)
+    stable_expected = any(t.track == canary_workload.STABLE for t in targets.values())
+    analysis = canary_analysis.analyse(
+        table,
+        list(first.values()),
+        list(last.values()),
+        window,
+        c.canary,
+        step.analysis.minRequests,
+        slo,
+        stable_expected=stable_expected,
+    )
+    return analysis, paused
 
 
-def serving_pods(kube: Kube, name: str, namespace: str) -> dict[str, pod_metrics.Target]:
-    """The release's Ready pods that serve (a port named http), by side: the canary's carry the track."""
-    pods, _ = kube.list("Pod", namespace, labels=f"{conventions.RELEASE_LABEL}={name}")
-    targets: dict[str, pod_metrics.Target] = {}
-    for pod in pods:
-        port = _http_port(pod)
-        if port is None or pod["metadata"].get("deletionTimestamp") or not kube_status.Pod.from_object(pod).ready:
-            continue
-        labels = pod["metadata"].get("labels") or {}
-        track = canary_workload.CANARY if labels.get(conventions.TRACK_LABEL) == canary_workload.CANARY else "stable"
-        targets[kube_status.name_of(pod)] = pod_metrics.Target(track, port)
-    return targets
+def _checkpoint(c: Canary, entry: dict[str, Any]) -> float:
+    """Act on the last command sent: raise ``_ByHand`` for promote and abort, and hold while paused;
+    the seconds it held (0 when not paused)."""
+    command = canary_control.read(c.kube, c.name, c.namespace)
+    if command is None or command.verb == "resume":
+        return 0.0
+    if command.verb != "pause":
+        raise _ByHand(command)
+    held = time.monotonic()
+    c.report(STAGE, f"paused by {command.by}: waiting for `deployctl rollout resume`, `promote` or `abort`")
+    _publish(c, entry, "paused", by=command.by)
+    interval = conventions.prometheus_seconds(c.canary.metrics.interval)
+    while command is not None and command.verb == "pause" and c.abort() is None:
+        c.sleep(interval)
+        command = canary_control.read(c.kube, c.name, c.namespace)
+    if command is not None and command.verb in ("promote", "abort"):
+        raise _ByHand(command)
+    c.report(STAGE, "resumed")
+    _publish(c, entry, "analysing")
+    return time.monotonic() - held
 
 
-def _http_port(pod: Mapping[str, Any]) -> int | None:
-    for container in (pod.get("spec") or {}).get("containers") or []:
-        for port in container.get("ports") or []:
-            if port.get("name") == "http" and isinstance(port.get("containerPort"), int):
-                return int(port["containerPort"])
-    return None
+def _publish(c: Canary, entry: dict[str, Any], state: str, **extra: object) -> None:
+    progress = {
+        "state": state,
+        "step": entry["step"],
+        "steps": len(c.canary.steps),
+        "copies": entry["copies"],
+        "of": entry["of"],
+        "mode": c.mode,
+        "stable_revision": c.live.revision,
+        **{k: v for k, v in entry.items() if k == "last"},
+        **extra,
+    }
+    canary_control.publish(c.kube, c.name, c.namespace, progress)
 
 
 def _scale_stable(c: Canary, replicas: int) -> None:
@@ -275,14 +359,16 @@ def _remove(c: Canary) -> list[str]:
     """Delete the canary and give the stable copies back what a replacing canary took; what is left
     to a person (empty when the stable copies are whole again)."""
     left = []
-    try:
-        c.kube.delete("Deployment", canary_workload.workload_name(c.name), c.namespace)
-        c.report(STAGE, "the canary was removed; the stable copies were never changed")
-    except errors.DeployctlError as e:
-        left.append(f"the canary Deployment could not be deleted: {e.message}")
+    for kind in ("Deployment", "NetworkPolicy"):
+        try:
+            c.kube.delete(kind, canary_workload.workload_name(c.name), c.namespace)
+        except errors.DeployctlError as e:
+            left.append(f"the canary {kind} could not be deleted: {e.message}")
+    if not left:
+        c.report(STAGE, "the canary was removed; the stable copies' pods were never changed")
     if c.mode == "replace":
         try:
-            _scale_stable(c, c.profile.rollout.replicas)
+            _scale_stable(c, c.stable_replicas)
             wait = watching.Wait(c.spec.rollout_timeout, lambda m: c.report(STAGE, m), lambda: None)
             back = rollout.watch_rollout(c.kube, c.namespace, c.name, wait, engine=c.spec.engine)
             if not back.ok and back.failure is not None:
@@ -314,9 +400,10 @@ def failed(c: Canary, steps: Steps, draft: writer.Draft, description: str, timin
     if left:
         message = f"{what}; removing its canary did not finish: {'; '.join(left)}. {failure.message}"
         return Outcome("rollback_failed", c.name, c.namespace, message, revision, failure, timings, smoke)
+    kept = "their pods never changed" if c.mode == "beside" else "their pods never changed, their copies given back"
     message = (
         f"{what} in its canary and was rolled back: the canary was removed, and the stable copies of revision "
-        f"{live.revision} kept serving, never changed. {failure.message}"
+        f"{live.revision} kept serving, {kept}. {failure.message}"
     )
     return Outcome(
         "rolled_back", c.name, c.namespace, message, revision, failure, timings, smoke, rolled_back_to=live.revision

@@ -21,6 +21,7 @@ from orchestrator.profile import gate_auth
 from orchestrator.profile.model import Profile
 from orchestrator.records import releases
 from orchestrator.records import trust as record_trust
+from orchestrator.render import canary as render_canary
 from orchestrator.render import manifests as render
 
 # (phase, message), as the sequences report progress (orchestrator.apply.verify.Reporter).
@@ -72,7 +73,9 @@ def run(
         mode = verdict.canary_mode
         report("preflight", f"canary: {CANARY_PLACES[mode]} ({_CANARY_WHY[mode]})")
     with_strategy(objects, verdict.strategy)
-    found, adopted = confine.before_writing(name, namespace, objects, kube.get, "the rendered profile", adopt)
+    # The canary's Deployment too, which only the canary's steps write (orchestrator.apply.canary).
+    canary = render_canary.workloads(objects, name, 1) if profile.rollout.canary and not profile.multi_node else []
+    found, adopted = confine.before_writing(name, namespace, objects + canary, kube.get, "the rendered profile", adopt)
     if adopted:
         report("preflight", f"adopting {', '.join(e.describe() for e in adopted)} (--adopt)")
     return dataclasses.replace(checked, found=found, adopted=adopted)

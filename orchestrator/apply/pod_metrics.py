@@ -11,10 +11,13 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 from collections.abc import Mapping
+from typing import Any
 
-from orchestrator import errors, http
+from orchestrator import conventions, errors, http
 from orchestrator.gate import exposition, live_metrics
 from orchestrator.kube import Kube, PortForwarder
+from orchestrator.kube import status as kube_status
+from orchestrator.render import canary as canary_workload
 
 
 @dataclasses.dataclass(frozen=True)
@@ -66,3 +69,29 @@ class Reader:
                 continue
             scrapes.append(live_metrics.Scrape(pod, self._targets[pod].track, families))
         return Round(scrapes, unanswered)
+
+
+def serving_pods(kube: Kube, name: str, namespace: str) -> dict[str, Target]:
+    """The release's Ready pods that serve (a port named http), by side: the canary's carry the track."""
+    pods, _ = kube.list("Pod", namespace, labels=f"{conventions.RELEASE_LABEL}={name}")
+    targets: dict[str, Target] = {}
+    for pod in pods:
+        port = _http_port(pod)
+        if port is None or pod["metadata"].get("deletionTimestamp") or not kube_status.Pod.from_object(pod).ready:
+            continue
+        labels = pod["metadata"].get("labels") or {}
+        track = (
+            canary_workload.CANARY
+            if labels.get(conventions.TRACK_LABEL) == canary_workload.CANARY
+            else canary_workload.STABLE
+        )
+        targets[kube_status.name_of(pod)] = Target(track, port)
+    return targets
+
+
+def _http_port(pod: Mapping[str, Any]) -> int | None:
+    for container in (pod.get("spec") or {}).get("containers") or []:
+        for port in container.get("ports") or []:
+            if port.get("name") == "http" and isinstance(port.get("containerPort"), int):
+                return int(port["containerPort"])
+    return None

@@ -21,6 +21,7 @@ from orchestrator.cli import keys as cli_keys
 from orchestrator.cli import options as cli_options
 from orchestrator.cli import params as cli_params
 from orchestrator.cli import render as cli_render
+from orchestrator.cli import rollout as cli_rollout
 from orchestrator.cli import schema as cli_schema
 from orchestrator.cli import uninstall as cli_uninstall
 from orchestrator.cli import views as cli_views
@@ -319,6 +320,7 @@ for _command in (
     cli_render.render,
     cli_schema.schema,
     cli_uninstall.uninstall,
+    cli_rollout.rollout,
     cli_flags.engine_flags,
     cli_keys.keygen,
 ):

@@ -13,8 +13,7 @@ trail.
 Why our own watch code and not kopf (docs/architecture.md): the sequence is the synchronous pipeline
 the CLI runs, with its own watches, lock and records, and kopf's asyncio handlers would run it in
 threads anyway; kopf keeps its own bookkeeping in annotations and status fields, where we need
-kstatus conditions; and every dependency is one more wheel an air-gapped user must mirror. What the
-controller adds is a list-watch loop, a Lease and status writes: about this module.
+kstatus conditions; and every dependency is one more wheel an air-gapped user must mirror.
 """
 
 from __future__ import annotations
@@ -33,7 +32,7 @@ from typing import Any
 import yaml
 
 from orchestrator import errors
-from orchestrator.apply import applyset, pipeline, sequence, watching
+from orchestrator.apply import applyset, canary, pipeline, sequence, watching
 from orchestrator.apply.lock import ReleaseLock
 from orchestrator.apply.outcome import Failure, Outcome
 from orchestrator.controller import resource_status, workqueue
@@ -314,6 +313,9 @@ class _Reconciler:
         except errors.DeployctlError as e:
             self._refused(obj, generation, retry, e)
             return
+        if prof.rollout.canary is not None:  # not run here yet: canary.CONTROLLER_REFUSAL says why
+            self._refused(obj, generation, retry, errors.InvalidProfile(canary.CONTROLLER_REFUSAL))
+            return
         self._status(obj, {**resource_status.reconciling(previous, generation, now), "retry": retry})
         self._event(obj, "Normal", "Reconciling", f"deploying generation {generation}")
         options = sequence.Options(
@@ -485,15 +487,13 @@ def _valid(obj: dict[str, Any]) -> bool:
 
 
 def _profile_document(obj: dict[str, Any], prof: profiles.Profile) -> dict[str, Any]:
-    metadata: dict[str, Any] = {"name": prof.metadata.name, "namespace": prof.metadata.namespace}
-    if prof.metadata.labels:
-        metadata["labels"] = dict(prof.metadata.labels)
+    labels = {"labels": dict(prof.metadata.labels)} if prof.metadata.labels else {}
+    metadata: dict[str, Any] = {"name": prof.metadata.name, "namespace": prof.metadata.namespace, **labels}
     return {"apiVersion": profiles.API_VERSION, "kind": KIND, "metadata": metadata, **(obj.get("spec") or {})}
 
 
 def _key(obj: dict[str, Any]) -> tuple[str, str]:
-    meta = obj["metadata"]
-    return str(meta.get("namespace", "")), str(meta["name"])
+    return str(obj["metadata"].get("namespace", "")), str(obj["metadata"]["name"])
 
 
 def _now() -> str:

@@ -78,8 +78,12 @@ def analyse(
     spec: profile_canary.CanarySpec,
     min_requests: int,
     slo: Mapping[str, slo_language.Condition],
+    *,
+    stable_expected: bool = True,
 ) -> Analysis:
-    """Judge one window: ``start`` and ``end`` are the pods' scrapes at its two ends."""
+    """Judge one window: ``start`` and ``end`` are the pods' scrapes at its two ends. A canary no pod
+    of which answered fails (what cannot be observed is not promoted); stable copies that exist
+    (``stable_expected``) but did not answer, or a window no check could judge, are inconclusive."""
     canary = live_metrics.window(table, start, end, "canary")
     stable = live_metrics.window(table, start, end, "stable")
 
@@ -88,7 +92,9 @@ def analyse(
 
     short = [(side, w) for side, w in (("canary", canary), ("stable", stable)) if w.pods and w.requests < min_requests]
     if not canary.pods:
-        return decided("inconclusive", "no canary pod answered its metrics at both ends of the window")
+        return decided("fail", "no canary pod answered its metrics in the window")
+    if stable_expected and not stable.pods:
+        return decided("inconclusive", "no stable pod answered its metrics in the window")
     if short:
         side, w = short[0]
         return decided(
@@ -96,6 +102,10 @@ def analyse(
             f"the {side} copies answered {w.requests:g} requests in the window, fewer than minRequests {min_requests}",
         )
     checks = tuple(_ratio_checks(spec, canary, stable) + _slo_checks(slo, canary))
+    if not checks:
+        return decided(
+            "inconclusive", "no check could judge the window: the engine's metrics answer none of maxRatio and the SLOs"
+        )
     failed = [c for c in checks if not c.passed]
     if failed:
         worst = failed[0]

@@ -175,7 +175,9 @@ def _canary(prof: profile.Profile, choice: _Choice, spare: int, replaces: bool) 
     name, _, _ = choice
     replicas = prof.rollout.replicas
     if spare >= max(step.canary_copies(replicas) for step in canary.steps):
-        return (name, False, None), "beside"
+        # The promotion removes the canary and rolls the stable copies out as any apply: the
+        # strategy's own downtime and refusal stand.
+        return choice, "beside"
     if replicas > 1:
         return choice, "replace"
     if prof.rollout.allowDowntime:

@@ -1,4 +1,5 @@
-"""The canary's workload: the new revision's Deployment under another name, on a few copies.
+"""The canary's workload: the new revision's Deployment under another name, on a few copies, and
+the new revision's NetworkPolicy for its pods.
 
 The stable Deployment keeps its name, selector and pods, so adding a canary restarts nothing. The
 canary Deployment `<release>-canary` runs the new pod template with ``conventions.TRACK_LABEL`` set
@@ -42,3 +43,24 @@ def deployment(objects: Sequence[dict[str, Any]], release: str, copies: int) -> 
     template = spec["template"]["metadata"]
     template["labels"] = {**template.get("labels", {}), **track}
     return canary
+
+
+def network_policy(objects: Sequence[dict[str, Any]], release: str) -> dict[str, Any] | None:
+    """The new revision's NetworkPolicy for the canary's pods alone (None when the release renders
+    none): a revision that serves on another port, or reaches other egress CIDRs, must let its canary
+    do so while the stable copies' policy stays as it is. Policies add up, and the stable one selects
+    the canary's pods too, so the canary gets both and the stable pods only their own."""
+    found = [o for o in objects if o.get("kind") == "NetworkPolicy" and o["metadata"]["name"] == release]
+    if not found:
+        return None
+    policy = copy.deepcopy(found[0])
+    policy["metadata"]["name"] = workload_name(release)
+    selector = policy["spec"]["podSelector"]
+    selector["matchLabels"] = {**selector.get("matchLabels", {}), conventions.TRACK_LABEL: CANARY}
+    return policy
+
+
+def workloads(objects: Sequence[dict[str, Any]], release: str, copies: int) -> list[dict[str, Any]]:
+    """What the canary writes, in apply order: its NetworkPolicy (when the release has one), then its Deployment."""
+    policy = network_policy(objects, release)
+    return [*([policy] if policy else []), deployment(objects, release, copies)]
