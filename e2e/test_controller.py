@@ -200,3 +200,39 @@ def test_the_controller_warms_and_verifies_with_its_own_role(
         env.namespace, label_selector="deployctl.dev/warmup=llm"
     )
     assert left.items == []
+
+
+def test_a_canary_run_by_the_controller_shows_progressing_and_obeys_its_rollout_annotation(
+    crd_installed: None, env: ReleaseEnv, controllers: Callable[..., Any]
+) -> None:
+    """The controller runs rollout.canary's steps: `Progressing` names the step while it runs, the
+    `deployctl.dev/rollout` annotation pauses and then promotes it mid-window (a window far longer
+    than the test), and `Progressing` turns False, reason Promoted, once revision 2 is live."""
+    controllers()
+    apply_object(env, object_doc(env, rollout={"replicas": 2}))
+    assert wait_ready(env).returncode == 0
+    window = {"window": "10m", "minRequests": 10}
+    canary = {"steps": [{"copies": 1, "analysis": window}], "metrics": {"interval": "2s"}}
+    obj = object_doc(env, rollout={"replicas": 2, "canary": canary}, engine={"maxNumSeqs": 16})
+    apply_object(env, obj)
+
+    def canary_state() -> str:
+        shown = deployctl(env.kubeconfig, "rollout", "status", "llm", "-n", env.namespace, "-o", "json").json
+        return str((shown["canary"] or {}).get("state", ""))
+
+    wait_until(lambda: canary_state() == "analysing", 120, "the canary's first window")
+    progressing = conditions(env)["Progressing"]
+    assert progressing["status"] == "True" and progressing["message"].startswith("step 1/1"), progressing
+    obj["metadata"]["annotations"] = {"deployctl.dev/rollout": "pause"}
+    apply_object(env, obj)
+    wait_until(lambda: canary_state() == "paused", 60, "the canary paused")
+    assert "paused" in conditions(env)["Progressing"]["message"]
+    obj["metadata"]["annotations"] = {"deployctl.dev/rollout": "promote"}
+    apply_object(env, obj)
+    wait_until(lambda: settled(env, 2), 120, "generation 2 promoted")
+    conds = conditions(env)
+    assert conds["Ready"]["status"] == "True", conds
+    assert (conds["Progressing"]["status"], conds["Progressing"]["reason"]) == ("False", "Promoted"), conds
+    evidence = env.record(2)["canary"]
+    assert evidence["result"] == "promoted" and "InferenceProfile" in evidence["promoted_by"]["by"], evidence
+    assert env.deployment("llm-canary") is None

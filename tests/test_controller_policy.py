@@ -316,20 +316,3 @@ def test_the_workers_option_reaches_the_controller(monkeypatch: pytest.MonkeyPat
     result = CliRunner().invoke(cli.main, ["controller", "-n", NS, "--workers", "7"])
     assert result.exit_code == 0, result.output
     assert seen[0].workers == 7 and controller.Settings(namespace=None, lease_namespace="x").workers == 4
-
-
-def test_the_controller_refuses_a_canary_it_does_not_run_and_writes_no_workload() -> None:
-    kube = Kube()
-    canary = {"replicas": 2, "canary": {"steps": [{"copies": 1}]}}
-    kube.create(inference_profile(rollout=canary))
-    kube.writes.clear()
-    rec, _ = reconciler(kube)
-
-    rec.reconcile_safely(kube.get("InferenceProfile", "llm", NS) or {})
-
-    written = {kind for _, kind, _ in kube.writes}
-    assert written <= {"InferenceProfile", "Event"}, kube.writes  # no Deployment, no lock, no record
-    obj = kube.get("InferenceProfile", "llm", NS) or {}
-    stalled = {c["type"]: c for c in obj["status"]["conditions"]}["Stalled"]
-    assert stalled["status"] == "True"
-    assert "does not run rollout.canary yet" in obj["status"]["failure"]["message"]

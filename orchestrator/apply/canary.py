@@ -41,12 +41,6 @@ _NOT_RUN = {
     "httpRoute": "rollout.canary.traffic httpRoute",
 }
 Sleep = Callable[[float], None]
-# The controller does not run rollout.canary yet: it says so instead of deploying every copy at once.
-CONTROLLER_REFUSAL = (
-    "the controller does not run rollout.canary yet (its steps would hold a worker for up to steps x maxWait with "
-    "no Progressing condition to show them); deploy this profile with `deployctl apply`, which runs the canary, "
-    "or remove rollout.canary. Nothing was written"
-)
 
 
 def not_run(profile: Profile) -> str | None:

@@ -48,15 +48,16 @@ def _patch(kube: Kube, release: str, namespace: str, annotations: dict[str, str 
     kube.merge_patch("Deployment", name, namespace, {"metadata": {"annotations": annotations}})
 
 
-def send(kube: Kube, release: str, namespace: str, verb: Verb) -> Command:
-    """Ask the apply running ``release``'s canary to ``verb`` it; UsageError when no canary runs."""
+def send(kube: Kube, release: str, namespace: str, verb: Verb, *, by: str | None = None) -> Command:
+    """Ask the apply running ``release``'s canary to ``verb`` it, as ``by`` (default: this identity);
+    UsageError when no canary runs."""
     if kube.get("Deployment", canary_workload.workload_name(release), namespace) is None:
         raise errors.UsageError(
             f"release {release} in namespace {namespace} has no canary running (no Deployment "
             f"{canary_workload.workload_name(release)}); `deployctl rollout status {release}` says what is live"
         )
     at = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-    command = Command(verb, kube.whoami(), at)
+    command = Command(verb, by or kube.whoami(), at)
     _patch(kube, release, namespace, {COMMAND_ANNOTATION: json.dumps(command.to_json(), sort_keys=True)})
     return command
 

@@ -32,10 +32,11 @@ from typing import Any
 import yaml
 
 from orchestrator import errors
-from orchestrator.apply import applyset, canary, pipeline, sequence, watching
+from orchestrator.apply import applyset, pipeline, sequence, watching
 from orchestrator.apply.lock import ReleaseLock
 from orchestrator.apply.outcome import Failure, Outcome
-from orchestrator.controller import resource_status, workqueue
+from orchestrator.controller import canary_rollout, resource_status, workqueue
+from orchestrator.controller import keys as controller_keys
 from orchestrator.kube import Kube, connect
 from orchestrator.policy import model as policy
 from orchestrator.profile import model as profiles
@@ -84,7 +85,7 @@ def run(settings: Settings, report: Reporter, stop: threading.Event | None = Non
     stop = stop or threading.Event()
     kube = connect(settings.kubeconfig, settings.context)
     user = kube.whoami()
-    keys = signing_keys(kube, settings, report)
+    keys = controller_keys.signing_keys(kube, settings.lease_namespace, settings.signing_secret, report)
     lease = ReleaseLock(
         kube,
         settings.lease_namespace,
@@ -106,29 +107,6 @@ def run(settings: Settings, report: Reporter, stop: threading.Event | None = Non
         _Reconciler(kube, settings, user, lease, report, keys).loop(stop)
     finally:
         lease.release_lock()
-
-
-def signing_keys(kube: Kube, settings: Settings, report: Reporter) -> record_trust.Keys:
-    """The controller's key, from its Secret; without the Secret, records are written unsigned
-    (and a release whose records are signed is refused, as by the CLI without a key)."""
-    try:
-        keys = record_trust.from_secret(kube.get, settings.lease_namespace, settings.signing_secret)
-    except errors.Forbidden as e:
-        raise errors.Forbidden(
-            f"{e.message}. The controller reads its signing key from Secret {settings.lease_namespace}/"
-            f"{settings.signing_secret} through the Role deployctl-controller-signing-key "
-            "(`deployctl render --format controller`)"
-        ) from None
-    if keys is None:
-        report(
-            "keys",
-            f"warning: no Secret {settings.lease_namespace}/{settings.signing_secret}: release records are written "
-            "unsigned (docs/security.md#signed-records)",
-        )
-        return record_trust.Keys()
-    assert keys.signer is not None
-    report("keys", f"signing release records with key {keys.signer.keyid[:16]}")
-    return keys
 
 
 class _Reconciler:
@@ -175,6 +153,7 @@ class _Reconciler:
                     known.update(fresh)
                     todo = list(known)
                 elif etype in ("ADDED", "MODIFIED"):
+                    canary_rollout.forward(self.kube, known.get(_key(obj)), obj, self._event)
                     known[_key(obj)] = obj
                     todo = [_key(obj)]
                 elif etype == "DELETED":
@@ -313,9 +292,6 @@ class _Reconciler:
         except errors.DeployctlError as e:
             self._refused(obj, generation, retry, e)
             return
-        if prof.rollout.canary is not None:  # not run here yet: canary.CONTROLLER_REFUSAL says why
-            self._refused(obj, generation, retry, errors.InvalidProfile(canary.CONTROLLER_REFUSAL))
-            return
         self._status(obj, {**resource_status.reconciling(previous, generation, now), "retry": retry})
         self._event(obj, "Normal", "Reconciling", f"deploying generation {generation}")
         options = sequence.Options(
@@ -331,6 +307,8 @@ class _Reconciler:
 
         def report(phase: str, message: str) -> None:
             self.report(f"{namespace}/{name}", f"[{phase}] {message}")
+            if canary_rollout.shown(phase, message):  # the canary's step and evidence, as it goes
+                self._status(obj, resource_status.canary_progress(obj.get("status"), generation, message, _now()))
 
         try:
             outcome = pipeline.apply(prof, text, options, report)
@@ -347,7 +325,7 @@ class _Reconciler:
             return
         live = revisions.live(record_trust.for_write(self.kube, name, namespace, self.keys).trusted)
         status = resource_status.from_outcome(
-            previous,
+            obj.get("status") or previous,  # as the apply left it: a canary's Progressing included
             generation,
             outcome,
             live_revision=live.revision if live else None,

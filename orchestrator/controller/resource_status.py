@@ -10,7 +10,9 @@ without glue:
 
 The steps of the sequence have a condition each: ``Planned``, ``Applied``, ``RolledOut`` and
 ``Gated``. A failed step's condition is False with the failure class as its reason (``slo_failed``,
-``unschedulable``, ``oom``…); the steps after it are Unknown. Pure: data in, data out.
+``unschedulable``, ``oom``…); the steps after it are Unknown. While rollout.canary's steps run,
+``Progressing`` says which step and what the last window found; it turns False (reason ``Promoted``
+or the failure class) when the apply ends. Pure: data in, data out.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ _STEP_OF_STAGE = {
     "rollout": "RolledOut",
     "health": "Gated",
     "smoke": "Gated",
+    "canary": "Gated",  # rollout.canary's steps judge the revision on live traffic
     "record": "Gated",
     "sync": "Applied",
 }
@@ -46,6 +49,21 @@ def reconciling(previous: Mapping[str, object] | None, generation: int, now: str
     for step in STEPS:
         _set(conditions, step, "Unknown", "Progressing", "", generation, now)
     return {**status, "conditions": conditions}
+
+
+def canary_progress(
+    previous: Mapping[str, object] | None, generation: int, message: str, now: str
+) -> dict[str, object]:
+    """While rollout.canary's steps run: ``Progressing`` True with the step and the last window's verdict."""
+    conditions = _conditions(previous)
+    _set(conditions, "Progressing", "True", "Canary", message, generation, now)
+    return {**_carry(previous), "conditions": conditions}
+
+
+def _canary_ended(conditions: list[dict[str, object]], reason: str, message: str, generation: int, now: str) -> None:
+    """``Progressing`` False once the apply ended, when a canary had set it."""
+    if any(c.get("type") == "Progressing" for c in conditions):
+        _set(conditions, "Progressing", "False", reason, message, generation, now)
 
 
 def from_outcome(
@@ -74,6 +92,7 @@ def from_outcome(
             _set(conditions, step, "True", reason, message, generation, now)
         _set(conditions, "Stalled", "False", "Deployed", "", generation, now)
         _set(conditions, "Ready", "True", "Deployed", outcome.message, generation, now)
+        _canary_ended(conditions, "Promoted", outcome.message, generation, now)
         return {**status, "conditions": conditions}
     failure = outcome.failure or Failure("failed", outcome.message, "apply")
     return failed(status, conditions, generation, failure, outcome.message, now)
@@ -110,6 +129,7 @@ def failed(
         now,
     )
     _set(conditions, "Ready", "False", failure.cls, message, generation, now)
+    _canary_ended(conditions, failure.cls, message, generation, now)
     return {**status, "conditions": conditions}
 
 

@@ -1,0 +1,100 @@
+"""The controller and a canary: the `deployctl.dev/rollout` annotation forwarded to the running
+canary (only when it changes), and the canary's progress as the object's `Progressing` condition."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from test_controller_policy import NS, Kube, inference_profile
+from test_resource_status import T0, T1, _by_type, _deployed, _slo_failed
+
+from orchestrator.apply import canary_control
+from orchestrator.controller import canary_rollout, resource_status
+
+
+def _annotated(value: str | None) -> dict[str, Any]:
+    obj = inference_profile()
+    if value is not None:
+        obj["metadata"]["annotations"] = {canary_rollout.ANNOTATION: value}
+    return obj
+
+
+def _cluster(canary_running: bool = True) -> Kube:
+    kube = Kube()
+    if canary_running:
+        kube.create(
+            {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "llm-canary", "namespace": NS}}
+        )
+    return kube
+
+
+def _sent(kube: Kube) -> dict[str, Any] | None:
+    found = kube.get("Deployment", "llm-canary", NS) or {}
+    text = (found.get("metadata") or {}).get("annotations", {}).get(canary_control.COMMAND_ANNOTATION)
+    return json.loads(text) if text else None
+
+
+def _forward(kube: Kube, before: dict[str, Any] | None, after: dict[str, Any]) -> list[tuple[str, str, str]]:
+    events: list[tuple[str, str, str]] = []
+    canary_rollout.forward(
+        kube, before, after, lambda _obj, kind, reason, message: events.append((kind, reason, message))
+    )
+    return events
+
+
+def test_a_changed_annotation_is_sent_to_the_running_canary_naming_the_object() -> None:
+    kube = _cluster()
+    events = _forward(kube, _annotated(None), _annotated("pause"))
+    sent = _sent(kube)
+    assert sent is not None and sent["command"] == "pause"
+    assert f"InferenceProfile {NS}/llm" in sent["by"], sent
+    assert events == [("Normal", "RolloutCommand", "asked the running canary to pause")]
+
+
+def test_the_first_sight_and_an_unchanged_annotation_send_nothing() -> None:
+    kube = _cluster()
+    assert _forward(kube, None, _annotated("abort")) == []  # a restarted controller replays nothing
+    assert _forward(kube, _annotated("abort"), _annotated("abort")) == []
+    assert _sent(kube) is None
+
+
+def test_the_same_verb_again_needs_a_suffix() -> None:
+    kube = _cluster()
+    _forward(kube, _annotated("pause"), _annotated("pause/2"))
+    assert (_sent(kube) or {})["command"] == "pause"
+
+
+@pytest.mark.parametrize(
+    ("value", "running", "said"), [("explode", True, "none of"), ("promote", False, "no canary running")]
+)
+def test_a_command_that_cannot_be_sent_is_said_in_a_warning_event(value: str, running: bool, said: str) -> None:
+    kube = _cluster(canary_running=running)
+    events = _forward(kube, _annotated(None), _annotated(value))
+    assert [(k, r) for k, r, _ in events] == [("Warning", "RolloutCommandIgnored")] and said in events[0][2], events
+    assert _sent(kube) is None
+
+
+def test_progressing_shows_the_canary_and_turns_false_when_the_apply_ends() -> None:
+    working = resource_status.reconciling(None, 2, T0)
+    step = resource_status.canary_progress(working, 2, "window 1: pass: 5 checks held over 20 s", T0)
+    progressing = _by_type(step)["Progressing"]
+    assert (progressing["status"], progressing["reason"]) == ("True", "Canary")
+    assert "window 1: pass" in progressing["message"]
+    promoted = resource_status.from_outcome(step, 2, _deployed(2), live_revision=2, profile_hash="h", now=T1)
+    assert (_by_type(promoted)["Progressing"]["status"], _by_type(promoted)["Progressing"]["reason"]) == (
+        "False",
+        "Promoted",
+    )
+    failed = resource_status.from_outcome(step, 2, _slo_failed(), live_revision=1, profile_hash="h", now=T1)
+    assert _by_type(failed)["Progressing"]["reason"] == "slo_failed"
+    plain = resource_status.from_outcome(working, 2, _deployed(2), live_revision=2, profile_hash="h", now=T1)
+    assert "Progressing" not in _by_type(plain), "no canary, no Progressing condition"
+
+
+def test_only_the_canarys_step_lines_reach_the_condition() -> None:
+    assert canary_rollout.shown("canary", "step 1/2: the new revision on 1 of 4 copies (beside)")
+    assert canary_rollout.shown("canary", "window 2: inconclusive: too few requests")
+    assert not canary_rollout.shown("canary", "llm-canary-7558c4f9c5-rhkpq: pulling image")
+    assert not canary_rollout.shown("smoke", "step 1")
