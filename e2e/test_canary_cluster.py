@@ -97,6 +97,34 @@ def test_a_slower_canary_is_removed_and_the_stable_copies_never_change(
     assert checks["p95_ttft_ms"]["canary"] > 3 * stable_p95, checks
 
 
+def test_without_room_beside_a_failed_canary_gives_the_stable_copies_back(
+    env: ReleaseEnv, simulator: Callable[..., Any]
+) -> None:
+    """TP 4 needs an NVLink node, and the two the kwok cluster has hold the two stable copies: the
+    canary replaces one stable copy (`replace`), and when live traffic fails it, the stable Deployment
+    gets its two copies back, with its pod template never written."""
+    slow = simulator(model=MODEL, ttft_ms=GOOD_TTFT_MS * 10)
+    env.forward_8001(slow.port)
+    first = env.apply(profile(env.namespace, tp=4, rollout={"replicas": 2}))
+    assert first.code == 0, first.stdout + first.stderr
+    before = env.deployment()
+    changed = profile(env.namespace, tp=4, port=8001, rollout=_canary_rollout())
+    planned = env.apply(changed, "--dry-run")
+    assert "its canary in place of stable copies" in planned.json["message"], planned.json
+
+    with Traffic([env.good_port, slow.port]) as traffic:
+        failed = env.apply(changed, timeout=400)
+    assert failed.code == 6, failed.stdout + failed.stderr
+    assert "their copies given back" in failed.json["message"], failed.json
+    assert traffic.failed == 0, traffic
+    evidence = env.record(2)["canary"]
+    assert evidence["mode"] == "replace" and evidence["removed"] == [], evidence
+    after = env.deployment()
+    assert after.spec.replicas == 2 and after.status.ready_replicas == 2, after.status
+    assert after.spec.template == before.spec.template, "the failed canary wrote the stable pod template"
+    assert env.deployment("llm-canary") is None
+
+
 def test_too_little_traffic_follows_the_inconclusive_policy(env: ReleaseEnv) -> None:
     """No live traffic in the window: inconclusive, and with `inconclusive: fail` the canary is removed."""
     first = env.apply(profile(env.namespace, rollout={"replicas": 2}))
