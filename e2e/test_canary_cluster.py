@@ -196,6 +196,32 @@ def test_abort_by_hand_removes_the_canary_and_records_who(env: ReleaseEnv) -> No
     assert refused.code == 1 and "has no canary running" in refused.stderr and "Traceback" not in refused.stderr
 
 
+def test_a_lock_lost_mid_window_ends_the_canary_without_a_promotion(env: ReleaseEnv) -> None:
+    """Another holder takes the release's Lease while the canary's window runs: the window judges
+    nothing, no promotion runs, the canary is removed and the revision recorded failed (exit 4)."""
+    first = env.apply(profile(env.namespace, rollout={"replicas": 2}))
+    assert first.code == 0, first.stdout + first.stderr
+    path = write_profile(env.tmp, profile(env.namespace, rollout=_canary_rollout("10m"), engine={"maxNumSeqs": 16}))
+    log = env.tmp / "apply.log"
+    running = start_deployctl(env.kubeconfig, "apply", str(path), "--lock-ttl", "6", log=log)
+    try:
+        _wait_for_state(env, "analysing", running, log)
+        leases = kubernetes.client.CoordinationV1Api(env.api)
+        lease = leases.read_namespaced_lease("deployctl-llm", env.namespace)
+        lease.spec.holder_identity = "someone-else"
+        leases.replace_namespaced_lease("deployctl-llm", env.namespace, lease)
+        running.wait(timeout=120)
+    finally:
+        if running.poll() is None:
+            running.kill()
+    assert running.returncode == 4, log.read_text()[-3000:]
+    assert "someone-else" in log.read_text() and "Traceback" not in log.read_text()
+    assert env.deployment("llm-canary") is None
+    assert [(r["revision"], r["status"]) for r in env.history()] == [(1, "deployed"), (2, "failed")]
+    assert env.record(2)["failure"]["class"] == "lock_lost"
+    assert env.record(2)["canary"]["steps"][0]["decision"] != "pass"
+
+
 def _rollout(env: ReleaseEnv, verb: str) -> dict[str, Any]:
     result = deployctl(env.kubeconfig, "rollout", verb, "llm", "-n", env.namespace, "-o", "json")
     assert result.code == 0, result.stdout + result.stderr

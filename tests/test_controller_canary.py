@@ -21,12 +21,14 @@ def _annotated(value: str | None) -> dict[str, Any]:
     return obj
 
 
-def _cluster(canary_running: bool = True) -> Kube:
+CANARY_LABELS = {"deployctl.dev/release": "llm", "deployctl.dev/track": "canary"}
+
+
+def _cluster(canary_running: bool = True, labels: dict[str, str] = CANARY_LABELS) -> Kube:
     kube = Kube()
     if canary_running:
-        kube.create(
-            {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "llm-canary", "namespace": NS}}
-        )
+        meta = {"name": "llm-canary", "namespace": NS, "labels": dict(labels)}
+        kube.create({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": meta})
     return kube
 
 
@@ -98,3 +100,39 @@ def test_only_the_canarys_step_lines_reach_the_condition() -> None:
     assert canary_rollout.shown("canary", "window 2: inconclusive: too few requests")
     assert not canary_rollout.shown("canary", "llm-canary-7558c4f9c5-rhkpq: pulling image")
     assert not canary_rollout.shown("smoke", "step 1")
+
+
+def test_a_deployment_named_like_the_canary_that_is_not_the_releases_is_never_annotated() -> None:
+    kube = _cluster(labels={"app": "someone-elses"})
+    events = _forward(kube, _annotated(None), _annotated("abort"))
+    assert [r for _, r, _ in events] == ["RolloutCommandIgnored"] and "no canary running" in events[0][2]
+    assert _sent(kube) is None and canary_control.progress(kube, "llm", NS) is None
+
+
+def _publish(kube: Kube, text: str) -> None:
+    annotations = {canary_control.STATUS_ANNOTATION: text}
+    kube.merge_patch("Deployment", "llm-canary", NS, {"metadata": {**CANARY_META, "annotations": annotations}})
+
+
+CANARY_META = {"name": "llm-canary", "namespace": NS, "labels": CANARY_LABELS}
+
+
+def test_rollout_status_shows_only_the_published_fields_it_knows_of_plain_types() -> None:
+    kube = _cluster()
+    _publish(
+        kube,
+        '{"state": "analysing", "step": "one", "last": {"verdict": "pass", "canary_share": 0.25, "x": 1}, "evil": 1}',
+    )
+    shown = canary_control.progress(kube, "llm", NS) or {}
+    assert shown["state"] == "analysing" and "step" not in shown and "evil" not in shown, shown
+    assert shown["last"] == {"verdict": "pass", "canary_share": 0.25}, shown
+    _publish(kube, '{"state": "paused", "last": {"canary_share": NaN}}')
+    shown = canary_control.progress(kube, "llm", NS) or {}
+    assert "state" not in shown and "last" not in shown, "a NaN makes the whole annotation unreadable"
+    json.dumps(shown, allow_nan=False)  # what -o json prints is JSON
+
+
+def test_a_new_run_starts_without_the_last_runs_progressing() -> None:
+    step = resource_status.canary_progress(resource_status.reconciling(None, 2, T0), 2, "step 1/1", T0)
+    again = resource_status.reconciling(step, 3, T1)
+    assert "Progressing" not in _by_type(again)

@@ -13,10 +13,13 @@ restart. What each step measured is the evidence the record keeps (``Steps.evide
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import time
 from collections.abc import Callable
 from typing import Any
+
+import yaml
 
 from orchestrator import conventions, errors
 from orchestrator.apply import canary_control, pod_metrics, rollout, sequence, verify, watching
@@ -120,10 +123,17 @@ def of(
         why = "a first install has no stable copies" if live is None else "this update replaces no pod"
         report("apply", f"rollout.canary has nothing to run: {why}")
         return None
-    stable = kube.get("Deployment", profile.metadata.name, profile.metadata.namespace) or {}
-    replicas = (stable.get("spec") or {}).get("replicas")
-    stable_replicas = replicas if isinstance(replicas, int) else profile.rollout.replicas
-    return Canary(kube, profile, objects, live, spec, mode, report, lock.lost_reason, stable_replicas)
+    return Canary(kube, profile, objects, live, spec, mode, report, lock.lost_reason, _live_replicas(live, profile))
+
+
+def _live_replicas(live: releases.Record, profile: Profile) -> int:
+    """The stable Deployment's copies as the live revision applied them (not as the cluster has them:
+    an earlier run killed mid-step may have left it short)."""
+    for doc in yaml.safe_load_all(live.manifests):
+        replicas = (doc.get("spec") or {}).get("replicas") if isinstance(doc, dict) else None
+        if isinstance(doc, dict) and doc.get("kind") == "Deployment" and isinstance(replicas, int):
+            return replicas
+    return profile.rollout.replicas
 
 
 def first(c: Canary, draft: writer.Draft, description: str, timings: Timings) -> tuple[writer.Draft, Outcome | None]:
@@ -164,7 +174,7 @@ def run(c: Canary, timings: Timings) -> Steps:
     except Exception as e:  # every exit after the first write removes the canary
         failure = sequence.unexpected_failure(e, STAGE)
     except BaseException:  # Ctrl-C, SIGTERM: the canary goes too, the stable copies get back what it took
-        _remove(c)
+        _remove(c, wait=False)  # no waiting: a pod's grace period may end any moment
         raise
     if failure is None and (lost := c.abort()) is not None:  # the promotion must not run without the lock
         failure = Failure("lock_lost", lost, STAGE)
@@ -192,15 +202,18 @@ def _step(
     live traffic; what it found goes into ``entry``."""
     replicas, total, copies = c.profile.rollout.replicas, len(c.canary.steps), entry["copies"]
     _publish(c, entry, "starting")
-    if index > 0:  # a pause between steps holds the next one (step 1 first clears what an earlier run left)
+    if index == 0:  # a command an earlier, interrupted run left on its canary is not this one's
+        canary_control.clear(c.kube, c.name, c.namespace)
+    else:  # a pause between steps holds the next one
         _checkpoint(c, entry)
+    if (lost := c.abort()) is not None:  # nothing is written without the lock
+        entry["decision"] = "fail"
+        return verify.Judgement(None), Failure("lock_lost", lost, STAGE)
     c.report(STAGE, f"step {index + 1}/{total}: the new revision on {copies} of {replicas} copies ({c.mode})")
     if c.mode == "replace":
         _scale_stable(c, max(c.stable_replicas - copies, 0))
     for obj in canary_workload.workloads(c.objects, c.name, copies):
         c.kube.apply(obj)
-    if index == 0:
-        canary_control.clear(c.kube, c.name, c.namespace)  # a command an earlier run left is not this one's
     spec = dataclasses.replace(
         c.spec, workload=canary_workload.workload_name(c.name), endpoint=None, endpoint_own=False, group=None
     )
@@ -233,18 +246,21 @@ def _step(
 
 def _judge(c: Canary, step: Step, entry: dict[str, Any]) -> tuple[canary_analysis.Analysis, int, str]:
     """The step's analysis, window after window while it is inconclusive and the policy waits; with
-    how many windows it took and the decision (pass or fail) the policy makes of the last. Time
-    spent paused does not count toward maxWait."""
+    how many windows it took and the decision (pass or fail) the policy makes of the last. A pause
+    starts the window again, and time spent paused does not count toward maxWait."""
     window = conventions.prometheus_seconds(step.analysis.window)
     max_wait = conventions.prometheus_seconds(c.canary.maxWait)
-    started, windows, paused = time.monotonic(), 0, 0.0
+    started, windows, paused, last = time.monotonic(), 0, 0.0, dict[str, object]()
     while True:
-        _publish(c, entry, "analysing", window=windows + 1)
+        _publish(c, entry, "analysing", window=windows + 1, last=last or None)
         analysis, held = _window(c, step, window, entry)
-        windows, paused = windows + 1, paused + held
+        paused += held
+        if analysis is None:  # paused and resumed: the pods may have changed meanwhile, read them again
+            continue
+        windows += 1
         c.report(STAGE, f"window {windows}: {analysis.verdict}: {analysis.reason} ({_share(analysis)})")
         share = analysis.canary_share
-        entry["last"] = {
+        last = {
             "verdict": analysis.verdict,
             "reason": analysis.reason,
             "canary_share": share if share == share else None,
@@ -264,14 +280,16 @@ def _share(analysis: canary_analysis.Analysis) -> str:
     return f"the canary answered {share:.0%} of {analysis.canary.requests + analysis.stable.requests:g} requests"
 
 
-def _window(c: Canary, step: Step, window: float, entry: dict[str, Any]) -> tuple[canary_analysis.Analysis, float]:
+def _window(
+    c: Canary, step: Step, window: float, entry: dict[str, Any]
+) -> tuple[canary_analysis.Analysis | None, float]:
     """Read every serving pod's metrics each interval for ``window`` seconds, and judge the growth;
-    with the seconds it was paused (a pause starts the window again once resumed)."""
+    None with the seconds held when a pause interrupted it (the caller starts it again)."""
     engine = c.profile.engine
     table = metric_table.table(engine.kind, engine.engine_version)
     interval = conventions.prometheus_seconds(c.canary.metrics.interval)
     targets = pod_metrics.serving_pods(c.kube, c.name, c.namespace)
-    paused, first, last = 0.0, dict[str, live_metrics.Scrape](), dict[str, live_metrics.Scrape]()
+    first, last = dict[str, live_metrics.Scrape](), dict[str, live_metrics.Scrape]()
 
     def read() -> None:  # each pod's first and last answer: a missed read neither drops nor inflates a pod
         for scrape in reader.read().scrapes:
@@ -286,11 +304,7 @@ def _window(c: Canary, step: Step, window: float, entry: dict[str, Any]) -> tupl
                 break
             c.sleep(min(interval, left))
             if (held := _checkpoint(c, entry)) > 0:
-                paused += held
-                first.clear()
-                last.clear()
-                read()
-                deadline = time.monotonic() + window
+                return None, held
             read()
     slo = slo_language.parse_slo(c.profile.gate.smoke.slo)
     stable_expected = any(t.track == canary_workload.STABLE for t in targets.values())
@@ -304,12 +318,13 @@ def _window(c: Canary, step: Step, window: float, entry: dict[str, Any]) -> tupl
         slo,
         stable_expected=stable_expected,
     )
-    return analysis, paused
+    return analysis, 0.0
 
 
 def _checkpoint(c: Canary, entry: dict[str, Any]) -> float:
     """Act on the last command sent: raise ``_ByHand`` for promote and abort, and hold while paused;
-    the seconds it held (0 when not paused)."""
+    the seconds it held (0 when not paused). A canary Deployment deleted meanwhile is an abort; an
+    annotation that cannot be read keeps the pause (a passing API error resumes nothing)."""
     command = canary_control.read(c.kube, c.name, c.namespace)
     if command is None or command.verb == "resume":
         return 0.0
@@ -319,14 +334,18 @@ def _checkpoint(c: Canary, entry: dict[str, Any]) -> float:
     c.report(STAGE, f"paused by {command.by}: waiting for `deployctl rollout resume`, `promote` or `abort`")
     _publish(c, entry, "paused", by=command.by)
     interval = conventions.prometheus_seconds(c.canary.metrics.interval)
-    while command is not None and command.verb == "pause" and c.abort() is None:
+    verb: str | None = "pause"
+    while verb == "pause" and c.abort() is None:
         c.sleep(interval)
-        command = canary_control.read(c.kube, c.name, c.namespace)
-    if command is not None and command.verb in ("promote", "abort"):
+        if canary_control.deleted(c.kube, c.name, c.namespace):
+            raise _ByHand(canary_control.Command("abort", "whoever deleted the canary Deployment", ""))
+        command = canary_control.read(c.kube, c.name, c.namespace) or command  # unreadable: still paused
+        verb = command.verb
+    if verb in ("promote", "abort"):
         raise _ByHand(command)
-    c.report(STAGE, "resumed")
+    c.report(STAGE, "resumed" if verb == "resume" else "the pause ended: the release lock was lost")
     _publish(c, entry, "analysing")
-    return time.monotonic() - held
+    return max(time.monotonic() - held, 1e-3)
 
 
 def _publish(c: Canary, entry: dict[str, Any], state: str, **extra: object) -> None:
@@ -338,8 +357,7 @@ def _publish(c: Canary, entry: dict[str, Any], state: str, **extra: object) -> N
         "of": entry["of"],
         "mode": c.mode,
         "stable_revision": c.live.revision,
-        **{k: v for k, v in entry.items() if k == "last"},
-        **extra,
+        **{k: v for k, v in extra.items() if v is not None},
     }
     canary_control.publish(c.kube, c.name, c.namespace, progress)
 
@@ -349,24 +367,26 @@ def _scale_stable(c: Canary, replicas: int) -> None:
     c.kube.merge_patch("Deployment", c.name, c.namespace, {"spec": {"replicas": replicas}})
 
 
-def _remove(c: Canary) -> list[str]:
-    """Delete the canary and give the stable copies back what a replacing canary took; what is left
-    to a person (empty when the stable copies are whole again)."""
+def _remove(c: Canary, *, wait: bool = True) -> list[str]:
+    """Delete the canary and give the stable copies back what a replacing canary took (and, with
+    ``wait``, wait until they are back); what is left to a person (empty when all went)."""
     left = []
-    for kind in ("Deployment", "NetworkPolicy"):
+    kinds = ["Deployment"] + (["NetworkPolicy"] if canary_workload.network_policy(c.objects, c.name) else [])
+    for kind in kinds:
         try:
             c.kube.delete(kind, canary_workload.workload_name(c.name), c.namespace)
         except errors.DeployctlError as e:
             left.append(f"the canary {kind} could not be deleted: {e.message}")
-    if not left:
-        c.report(STAGE, "the canary was removed; the stable copies' pods were never changed")
+    with contextlib.suppress(Exception):  # a progress line never stops the clean-up
+        c.report(STAGE, "the canary was removed" if not left else "removing the canary did not finish")
     if c.mode == "replace":
         try:
             _scale_stable(c, c.stable_replicas)
-            wait = watching.Wait(c.spec.rollout_timeout, lambda m: c.report(STAGE, m), lambda: None)
-            back = rollout.watch_rollout(c.kube, c.namespace, c.name, wait, engine=c.spec.engine)
-            if not back.ok and back.failure is not None:
-                left.append(f"the stable copies did not come back: {back.failure.message}")
+            if wait:
+                quiet = watching.Wait(c.spec.rollout_timeout, lambda m: None, lambda: None)
+                back = rollout.watch_rollout(c.kube, c.namespace, c.name, quiet, engine=c.spec.engine)
+                if not back.ok and back.failure is not None:
+                    left.append(f"the stable copies did not come back: {back.failure.message}")
         except errors.DeployctlError as e:
             left.append(f"the stable copies could not be scaled back: {e.message}")
     return left

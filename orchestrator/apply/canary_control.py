@@ -19,7 +19,7 @@ import datetime
 import json
 from typing import Any, Literal, cast, get_args
 
-from orchestrator import errors
+from orchestrator import conventions, errors
 from orchestrator.kube import Kube
 from orchestrator.render import canary as canary_workload
 
@@ -43,6 +43,15 @@ def _annotations(obj: dict[str, Any] | None) -> dict[str, str]:
     return ((obj or {}).get("metadata") or {}).get("annotations") or {}
 
 
+def _canary(kube: Kube, release: str, namespace: str) -> dict[str, Any] | None:
+    """The release's running canary Deployment; None when there is none. A Deployment of that name
+    without the release's label and the canary track is not the canary: left alone, never annotated."""
+    found = kube.get("Deployment", canary_workload.workload_name(release), namespace)
+    labels = ((found or {}).get("metadata") or {}).get("labels") or {}
+    ours = labels.get(conventions.RELEASE_LABEL) == release and labels.get(conventions.TRACK_LABEL) == "canary"
+    return found if ours else None
+
+
 def _patch(kube: Kube, release: str, namespace: str, annotations: dict[str, str | None]) -> None:
     name = canary_workload.workload_name(release)
     kube.merge_patch("Deployment", name, namespace, {"metadata": {"annotations": annotations}})
@@ -51,10 +60,11 @@ def _patch(kube: Kube, release: str, namespace: str, annotations: dict[str, str 
 def send(kube: Kube, release: str, namespace: str, verb: Verb, *, by: str | None = None) -> Command:
     """Ask the apply running ``release``'s canary to ``verb`` it, as ``by`` (default: this identity);
     UsageError when no canary runs."""
-    if kube.get("Deployment", canary_workload.workload_name(release), namespace) is None:
+    if _canary(kube, release, namespace) is None:
         raise errors.UsageError(
             f"release {release} in namespace {namespace} has no canary running (no Deployment "
-            f"{canary_workload.workload_name(release)}); `deployctl rollout status {release}` says what is live"
+            f"{canary_workload.workload_name(release)} of the release's canary); `deployctl rollout status "
+            f"{release}` says what runs"
         )
     at = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
     command = Command(verb, by or kube.whoami(), at)
@@ -62,19 +72,27 @@ def send(kube: Kube, release: str, namespace: str, verb: Verb, *, by: str | None
     return command
 
 
+def deleted(kube: Kube, release: str, namespace: str) -> bool:
+    """Whether the canary Deployment is gone (False when the API could not say)."""
+    try:
+        return kube.get("Deployment", canary_workload.workload_name(release), namespace) is None
+    except errors.DeployctlError:
+        return False
+
+
 def clear(kube: Kube, release: str, namespace: str) -> None:
-    """Forget any command left on the canary Deployment by an earlier run, before this one reads any."""
-    _patch(kube, release, namespace, {COMMAND_ANNOTATION: None, STATUS_ANNOTATION: None})
+    """Forget any command an earlier, interrupted run left on the canary Deployment, before this run
+    creates it (a command sent after this is this run's)."""
+    with contextlib.suppress(errors.NotFound):  # the usual case: no canary Deployment yet
+        _patch(kube, release, namespace, {COMMAND_ANNOTATION: None, STATUS_ANNOTATION: None})
 
 
 def read(kube: Kube, release: str, namespace: str) -> Command | None:
     """The last command sent; None when none was, or when the annotation is no command (ignored:
     anyone who may annotate could write junk there, and junk must not stop a canary)."""
     try:  # a passing API error only delays the command to the next read
-        text = _annotations(kube.get("Deployment", canary_workload.workload_name(release), namespace)).get(
-            COMMAND_ANNOTATION
-        )
-        data = json.loads(text) if text else None
+        text = _annotations(_canary(kube, release, namespace)).get(COMMAND_ANNOTATION)
+        data = json.loads(text, parse_constant=_no_constant) if text else None
     except (errors.DeployctlError, ValueError):
         return None
     if not isinstance(data, dict) or data.get("command") not in VERBS:
@@ -89,18 +107,43 @@ def publish(kube: Kube, release: str, namespace: str, progress: dict[str, object
 
 
 def progress(kube: Kube, release: str, namespace: str) -> dict[str, Any] | None:
-    """What the running apply last published, with the last command; None when no canary runs."""
-    found = kube.get("Deployment", canary_workload.workload_name(release), namespace)
+    """What the running apply last published, with the last command; None when no canary runs.
+    Anyone who may annotate could write the annotation, so only its known fields of plain types count."""
+    found = _canary(kube, release, namespace)
     if found is None:
         return None
     try:
-        published = json.loads(_annotations(found).get(STATUS_ANNOTATION) or "{}")
+        published = json.loads(_annotations(found).get(STATUS_ANNOTATION) or "{}", parse_constant=_no_constant)
     except ValueError:
         published = {}
+    published = published if isinstance(published, dict) else {}
+    shown: dict[str, Any] = {k: v for k, v in published.items() if k in _PROGRESS and isinstance(v, _PROGRESS[k])}
+    last = published.get("last")
+    if isinstance(last, dict):
+        shown["last"] = {k: v for k, v in last.items() if k in _LAST and isinstance(v, _LAST[k])}
     command = read(kube, release, namespace)
     spec, status = found.get("spec") or {}, found.get("status") or {}
     return {
-        **(published if isinstance(published, dict) else {}),
+        **shown,
         "canary_copies": {"desired": spec.get("replicas"), "ready": status.get("readyReplicas", 0)},
         "command": command.to_json() if command else None,
     }
+
+
+# The fields of the published progress `rollout status` shows, with their types.
+_PROGRESS: dict[str, type | tuple[type, ...]] = {
+    "state": str,
+    "step": int,
+    "steps": int,
+    "copies": int,
+    "of": int,
+    "mode": str,
+    "stable_revision": int,
+    "window": int,
+    "by": str,
+}
+_LAST: dict[str, type | tuple[type, ...]] = {"verdict": str, "reason": str, "canary_share": (int, float)}
+
+
+def _no_constant(name: str) -> None:
+    raise ValueError(f"{name} is no JSON number")

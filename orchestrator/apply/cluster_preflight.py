@@ -74,7 +74,7 @@ def run(
         report("preflight", f"canary: {CANARY_PLACES[mode]} ({_CANARY_WHY[mode]})")
     with_strategy(objects, verdict.strategy)
     # The canary's Deployment too, which only the canary's steps write (orchestrator.apply.canary).
-    canary = render_canary.workloads(objects, name, 1) if profile.rollout.canary and not profile.multi_node else []
+    canary = render_canary.workloads(objects, name, 1) if verdict.canary_mode and not profile.multi_node else []
     found, adopted = confine.before_writing(name, namespace, objects + canary, kube.get, "the rendered profile", adopt)
     if adopted:
         report("preflight", f"adopting {', '.join(e.describe() for e in adopted)} (--adopt)")

@@ -148,6 +148,9 @@ class _Reconciler:
                     etype, obj = "", {}
                 if etype == "SYNC":
                     fresh = {_key(o): o for o in obj["items"]}
+                    for key, item in fresh.items():  # an annotation changed while the watch was down
+                        if key in known:
+                            canary_rollout.forward(self.kube, known[key], item, self._event)
                     for gone in set(known) - set(fresh):  # never emptied: the workers read it meanwhile
                         known.pop(gone, None)
                     known.update(fresh)
@@ -308,7 +311,8 @@ class _Reconciler:
         def report(phase: str, message: str) -> None:
             self.report(f"{namespace}/{name}", f"[{phase}] {message}")
             if canary_rollout.shown(phase, message):  # the canary's step and evidence, as it goes
-                self._status(obj, resource_status.canary_progress(obj.get("status"), generation, message, _now()))
+                with contextlib.suppress(errors.DeployctlError):  # a progress line never stops the canary
+                    self._status(obj, resource_status.canary_progress(obj.get("status"), generation, message, _now()))
 
         try:
             outcome = pipeline.apply(prof, text, options, report)

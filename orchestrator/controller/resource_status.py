@@ -42,7 +42,8 @@ def reconciling(previous: Mapping[str, object] | None, generation: int, now: str
     """While the controller works on ``generation``: Reconciling, Ready Unknown."""
     status = _carry(previous)
     message = f"deploying generation {generation}: plan, preflight, apply, rollout, gate"
-    conditions = _conditions(previous)
+    # A canary's Progressing is about the run that set it: a new run starts without it.
+    conditions = [c for c in _conditions(previous) if c.get("type") != "Progressing"]
     _set(conditions, "Reconciling", "True", "Progressing", message, generation, now)
     _set(conditions, "Stalled", "False", "Progressing", "", generation, now)
     _set(conditions, "Ready", "Unknown", "Progressing", message, generation, now)
