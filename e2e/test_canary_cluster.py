@@ -5,11 +5,14 @@ slower one removed with the stable copies untouched, and too little traffic foll
 
 from __future__ import annotations
 
+import contextlib
 import json
+import subprocess
 import threading
 import time
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import kubernetes
@@ -143,13 +146,7 @@ def test_too_little_traffic_follows_the_inconclusive_policy(env: ReleaseEnv) -> 
 def test_pause_resume_and_promote_by_hand_mid_step(env: ReleaseEnv) -> None:
     """`deployctl rollout pause`, `resume` and `promote` reach the apply running the canary in the middle
     of a window far longer than the test: the promotion comes from the person, the record says who."""
-    first = env.apply(profile(env.namespace, rollout={"replicas": 2}))
-    assert first.code == 0, first.stdout + first.stderr
-    path = write_profile(env.tmp, profile(env.namespace, rollout=_canary_rollout("10m"), engine={"maxNumSeqs": 16}))
-    log = env.tmp / "apply.log"
-    running = start_deployctl(env.kubeconfig, "apply", str(path), "--output", "json", log=log)
-    try:
-        _wait_for_state(env, "analysing", running, log)
+    with _canary_applying(env) as (running, log):
         asked = _rollout(env, "pause")
         assert asked["command"] == "pause" and asked["by"], asked
         _wait_for_state(env, "paused", running, log)
@@ -159,9 +156,6 @@ def test_pause_resume_and_promote_by_hand_mid_step(env: ReleaseEnv) -> None:
         _wait_for_state(env, "analysing", running, log)
         _rollout(env, "promote")
         running.wait(timeout=240)
-    finally:
-        if running.poll() is None:
-            running.kill()
     assert running.returncode == 0, log.read_text()[-3000:]
     assert [r["status"] for r in env.history()] == ["superseded", "deployed"], env.history()
     evidence = env.record(2)["canary"]
@@ -173,19 +167,10 @@ def test_pause_resume_and_promote_by_hand_mid_step(env: ReleaseEnv) -> None:
 
 
 def test_abort_by_hand_removes_the_canary_and_records_who(env: ReleaseEnv) -> None:
-    first = env.apply(profile(env.namespace, rollout={"replicas": 2}))
-    assert first.code == 0, first.stdout + first.stderr
-    before = env.deployment()
-    path = write_profile(env.tmp, profile(env.namespace, rollout=_canary_rollout("10m"), engine={"maxNumSeqs": 16}))
-    log = env.tmp / "apply.log"
-    running = start_deployctl(env.kubeconfig, "apply", str(path), "--output", "json", log=log)
-    try:
-        _wait_for_state(env, "analysing", running, log)
+    with _canary_applying(env) as (running, log):
+        before = env.deployment()
         _rollout(env, "abort")
         running.wait(timeout=120)
-    finally:
-        if running.poll() is None:
-            running.kill()
     assert running.returncode == 6, log.read_text()[-3000:]
     assert "aborted the canary in step 1" in log.read_text(), log.read_text()[-3000:]
     assert env.deployment("llm-canary") is None
@@ -199,27 +184,35 @@ def test_abort_by_hand_removes_the_canary_and_records_who(env: ReleaseEnv) -> No
 def test_a_lock_lost_mid_window_ends_the_canary_without_a_promotion(env: ReleaseEnv) -> None:
     """Another holder takes the release's Lease while the canary's window runs: the window judges
     nothing, no promotion runs, the canary is removed and the revision recorded failed (exit 4)."""
-    first = env.apply(profile(env.namespace, rollout={"replicas": 2}))
-    assert first.code == 0, first.stdout + first.stderr
-    path = write_profile(env.tmp, profile(env.namespace, rollout=_canary_rollout("10m"), engine={"maxNumSeqs": 16}))
-    log = env.tmp / "apply.log"
-    running = start_deployctl(env.kubeconfig, "apply", str(path), "--lock-ttl", "6", log=log)
-    try:
-        _wait_for_state(env, "analysing", running, log)
+    with _canary_applying(env, "--lock-ttl", "6") as (running, log):
         leases = kubernetes.client.CoordinationV1Api(env.api)
         lease = leases.read_namespaced_lease("deployctl-llm", env.namespace)
         lease.spec.holder_identity = "someone-else"
         leases.replace_namespaced_lease("deployctl-llm", env.namespace, lease)
         running.wait(timeout=120)
-    finally:
-        if running.poll() is None:
-            running.kill()
     assert running.returncode == 4, log.read_text()[-3000:]
     assert "someone-else" in log.read_text() and "Traceback" not in log.read_text()
     assert env.deployment("llm-canary") is None
     assert [(r["revision"], r["status"]) for r in env.history()] == [(1, "deployed"), (2, "failed")]
     assert env.record(2)["failure"]["class"] == "lock_lost"
     assert env.record(2)["canary"]["steps"][0]["decision"] != "pass"
+
+
+@contextlib.contextmanager
+def _canary_applying(env: ReleaseEnv, *extra: str) -> Iterator[tuple[subprocess.Popen[bytes], Path]]:
+    """Revision 1 deployed, then `deployctl apply` of a canary with a 10-minute window running in the
+    background, yielded once its first window is analysing; killed afterwards if it still runs."""
+    first = env.apply(profile(env.namespace, rollout={"replicas": 2}))
+    assert first.code == 0, first.stdout + first.stderr
+    path = write_profile(env.tmp, profile(env.namespace, rollout=_canary_rollout("10m"), engine={"maxNumSeqs": 16}))
+    log = env.tmp / "apply.log"
+    running = start_deployctl(env.kubeconfig, "apply", str(path), *(extra or ("--output", "json")), log=log)
+    try:
+        _wait_for_state(env, "analysing", running, log)
+        yield running, log
+    finally:
+        if running.poll() is None:
+            running.kill()
 
 
 def _rollout(env: ReleaseEnv, verb: str) -> dict[str, Any]:
