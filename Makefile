@@ -45,7 +45,7 @@ wheel-venv: dist ## Install the wheel from .cache/dist into .cache/wheel-venv (n
 	@command -v python3 >/dev/null || { echo "python3 (>= 3.10) is required"; exit 1; }
 	@test -x $(WHEEL_VENV)/bin/python || python3 -m venv $(WHEEL_VENV)
 	$(WHEEL_VENV)/bin/python -m pip install --quiet --upgrade pip
-	$(WHEEL_VENV)/bin/python -m pip install --quiet pytest hypothesis cryptography
+	$(WHEEL_VENV)/bin/python -m pip install --quiet pytest pytest-timeout hypothesis cryptography
 	$(WHEEL_VENV)/bin/python -m pip install --quiet --force-reinstall --no-deps $(DIST)/deployctl-*.whl
 	$(WHEEL_VENV)/bin/python -m pip install --quiet $(DIST)/deployctl-*.whl
 	$(WHEEL_VENV)/bin/python -m pip check
