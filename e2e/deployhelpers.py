@@ -13,7 +13,9 @@ import os
 import socket
 import subprocess
 import sys
+import threading
 import time
+import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -287,3 +289,43 @@ def wait_for_settled_namespaces(api: Any, timeout: float = 120) -> None:
 
     with contextlib.suppress(TimeoutError):
         wait_until(settled, timeout, "earlier tests' namespaces to be deleted")
+
+
+class Traffic:
+    """Live traffic in the background: chat requests straight to the simulators behind the pods, one
+    after the other, as a Service spreading requests over both sides would send them."""
+
+    def __init__(self, ports: list[int]) -> None:
+        self.ports, self.answered, self.failed = ports, 0, 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> Traffic:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=60)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            for port in self.ports:
+                try:
+                    ok = post(f"http://127.0.0.1:{port}/v1/chat/completions") == 200
+                except OSError:
+                    ok = False
+                self.answered += ok
+                self.failed += not ok
+            time.sleep(0.05)
+
+    def __repr__(self) -> str:
+        return f"Traffic(answered={self.answered}, failed={self.failed})"
+
+
+def post(url: str) -> int:
+    body = {"model": MODEL, "messages": [{"role": "user", "content": "one two"}], "max_tokens": 4, "stream": False}
+    request = urllib.request.Request(url, data=json.dumps(body).encode(), headers={"content-type": "application/json"})
+    with urllib.request.urlopen(request, timeout=30) as answer:
+        answer.read()
+        return int(answer.status)

@@ -6,11 +6,7 @@ slower one removed with the stable copies untouched, and too little traffic foll
 from __future__ import annotations
 
 import contextlib
-import json
 import subprocess
-import threading
-import time
-import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -20,7 +16,9 @@ from deployhelpers import (
     GOOD_TTFT_MS,
     MODEL,
     ReleaseEnv,
+    Traffic,
     deployctl,
+    post,
     profile,
     start_deployctl,
     wait_until,
@@ -239,38 +237,6 @@ def _canary_rollout(window_length: str = "20s") -> dict[str, Any]:
     return {"replicas": 2, "canary": {"steps": [{"copies": 1, "analysis": window}], "metrics": {"interval": "5s"}}}
 
 
-class Traffic:
-    """Live traffic in the background: chat requests straight to the simulators behind the pods, one
-    after the other, as a Service spreading requests over both sides would send them."""
-
-    def __init__(self, ports: list[int]) -> None:
-        self.ports, self.answered, self.failed = ports, 0, 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def __enter__(self) -> Traffic:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join(timeout=60)
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            for port in self.ports:
-                try:
-                    ok = post(f"http://127.0.0.1:{port}/v1/chat/completions") == 200
-                except OSError:
-                    ok = False
-                self.answered += ok
-                self.failed += not ok
-            time.sleep(0.05)
-
-    def __repr__(self) -> str:
-        return f"Traffic(answered={self.answered}, failed={self.failed})"
-
-
 def test_the_pods_source_reads_a_windows_traffic_through_the_api_server(env: ReleaseEnv) -> None:
     """The air-gap metrics source: each pod's /metrics through a port-forward of the API server, two
     rounds around live traffic, and the window's requests and latency from their difference. Both
@@ -302,11 +268,3 @@ def test_the_pods_source_reads_a_windows_traffic_through_the_api_server(env: Rel
 
 
 REQUESTS = 24
-
-
-def post(url: str) -> int:
-    body = {"model": MODEL, "messages": [{"role": "user", "content": "one two"}], "max_tokens": 4, "stream": False}
-    request = urllib.request.Request(url, data=json.dumps(body).encode(), headers={"content-type": "application/json"})
-    with urllib.request.urlopen(request, timeout=30) as answer:
-        answer.read()
-        return int(answer.status)

@@ -2,23 +2,30 @@
 Operator's own PodMonitor and PrometheusRule CRDs.
 
 The CRD comes from the prometheus-operator module build.sh downloads (tools/prometheus-operator),
-so the API server checks our rendered PodMonitor against the schema Prometheus users run. No
-Prometheus scrapes here; what is checked is what Prometheus would act on: the object is accepted,
-its selector picks exactly the release's serving pods, its port name is one those pods declare,
-and turning it off removes it. Without the CRD the apply is refused before any write. The
-PrometheusRule is accepted by the operator's schema, carries the rules `render --format rules`
-prints (which e2e/test_alert_rules.py runs through promtool), and goes when the alerts are off.
+so the API server checks our rendered PodMonitor against the schema Prometheus users run. What is
+checked is what Prometheus would act on: the object is accepted, its selector picks exactly the
+release's serving pods, its port name is one those pods declare, and turning it off removes it.
+Without the CRD the apply is refused before any write. The PrometheusRule is accepted by the
+operator's schema, carries the rules `render --format rules` prints (which e2e/test_alert_rules.py
+runs through promtool), and goes when the alerts are off.
+
+No operator runs here, so the last test stands in for it: a real Prometheus (e2e/promserver.py)
+scrapes each pod's server with the labels the operator would give the PodMonitor's series, and the
+canary reads its live traffic from that Prometheus (rollout.canary.metrics.source prometheus).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import bootstrap  # e2e/cluster, put on the path by conftest
 import kubernetes
 import pytest
-from deployhelpers import ReleaseEnv, profile, wait_until
+from deployhelpers import GOOD_TTFT_MS, MODEL, ReleaseEnv, Traffic, profile, wait_until
+from promserver import Prometheus
 
 GROUP, VERSION, PLURAL = "monitoring.coreos.com", "v1", "podmonitors"
 
@@ -148,3 +155,86 @@ def test_the_alerts_pass_the_operators_schema_hold_the_rendered_rules_and_go_whe
     again = env.apply(doc)
     assert again.code == 0, again.stdout + again.stderr
     assert _pod_monitors(env, "prometheusrules") == []
+
+
+def test_prometheus_as_the_canary_source_judges_a_slower_canary_and_removes_it(
+    env: ReleaseEnv, pod_monitor_crd: dict[str, Any], simulator: Callable[..., Any], tmp_path: Path
+) -> None:
+    """A real Prometheus scrapes every pod's server each second, labelled as the PodMonitor's series
+    are; the canary's windows are PromQL against it. The new revision serves on pod port 8001, where a
+    simulator answers ten times slower: its smoke run passes, Prometheus' numbers fail it on p95 TTFT,
+    and the canary is removed with the stable Deployment never written."""
+    kubernetes.utils.create_from_dict(env.api, pod_monitor_crd)
+    wait_until(lambda: _crd_served(env.api, pod_monitor_crd["metadata"]["name"]), 60, "the PodMonitor CRD")
+    slow = simulator(model=MODEL, ttft_ms=GOOD_TTFT_MS * 10)
+    env.forward_8001(slow.port)
+    stable = _monitored(env, interval="1s")
+    stable["rollout"] = {**stable["rollout"], "replicas": 2}
+    first = env.apply(stable)
+    assert first.code == 0, first.stdout + first.stderr
+    before = env.deployment()
+
+    with Prometheus(tmp_path, scrape_interval="1s") as prometheus, PodTargets(env, prometheus, slow.port):
+        canary = {
+            "replicas": 2,
+            "canary": {
+                "steps": [{"copies": 1, "analysis": {"window": "20s", "minRequests": 10}}],
+                "metrics": {"source": "prometheus", "prometheusUrl": prometheus.url},
+            },
+        }
+        changed = {**stable, "engine": {**stable["engine"], "port": 8001}, "rollout": {**stable["rollout"], **canary}}
+        refused = env.apply(changed)  # the profile's author chose the URL: the operator must allow its host
+        assert refused.code == 2 and "allow-gate-host 127.0.0.1" in refused.json["error"], refused.stderr
+        assert env.deployment("llm-canary") is None
+        with Traffic([env.good_port, slow.port]) as traffic:
+            failed = env.apply(changed, "--allow-gate-host", "127.0.0.1", timeout=400)
+        ever_up = f'max by (pod) (max_over_time(up{{namespace="{env.namespace}"}}[10m])) == 1'
+        scraped = {s["metric"]["pod"] for s in prometheus.query(ever_up)}
+    assert failed.code == 6, failed.stdout + failed.stderr
+    assert failed.json["failure"]["class"] == "canary_failed" and "p95_ttft_ms" in failed.json["message"], failed.json
+    assert traffic.failed == 0, traffic
+    assert len(scraped) == 3, f"Prometheus scraped {scraped}: two stable pods and the canary's"
+    assert env.deployment().metadata.generation == before.metadata.generation
+    assert env.deployment("llm-canary") is None
+    evidence = env.record(2)["canary"]
+    assert evidence["source"] == "prometheus" and evidence["result"] == "failed", evidence
+    analysis = evidence["steps"][0]["analysis"]
+    assert len(analysis["canary"]["pods"]) == 1 and len(analysis["stable"]["pods"]) == 2, analysis
+    assert analysis["canary"]["requests"] >= 10 and analysis["stable"]["requests"] >= 10, analysis
+    checks = {c["metric"]: c for c in analysis["checks"] if c["source"].startswith("ratio")}
+    assert checks["p95_ttft_ms"]["passed"] is False, checks
+    assert checks["p95_ttft_ms"]["canary"] > 3 * checks["p95_ttft_ms"]["limit"] / 1.2, checks
+
+
+class PodTargets:
+    """While it runs, Prometheus scrapes every pod of the release: a canary pod the simulator on
+    ``canary_port``, the others the healthy one, each with the PodMonitor's labels."""
+
+    def __init__(self, env: ReleaseEnv, prometheus: Prometheus, canary_port: int) -> None:
+        self.env, self.prometheus, self.canary_port = env, prometheus, canary_port
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> None:
+        self._thread.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=30)
+
+    def _run(self) -> None:
+        core = kubernetes.client.CoreV1Api(self.env.api)
+        while not self._stop.is_set():
+            pods = core.list_namespaced_pod(self.env.namespace, label_selector="deployctl.dev/release=llm").items
+            targets = []
+            for pod in pods:
+                labels = pod.metadata.labels or {}
+                canary = labels.get("deployctl.dev/track") == "canary"
+                # As the operator labels a PodMonitor's targets, the pod labels it copies included.
+                target_labels = {"namespace": self.env.namespace, "pod": pod.metadata.name, "endpoint": "http"}
+                target_labels.update({"container": "vllm", "deployctl_dev_release": "llm"})
+                if canary:
+                    target_labels["deployctl_dev_track"] = "canary"
+                targets.append((self.canary_port if canary else self.env.good_port, target_labels))
+            self.prometheus.scrape(targets)
+            self._stop.wait(0.5)

@@ -32,9 +32,11 @@ import metricshelpers
 import pytest
 import server as realvllm  # e2e/realvllm, put on the path by conftest: stdlib only, runs in any venv
 from deployhelpers import ReleaseEnv, create_models_volume, deployctl, profile, write_profile
+from promserver import Prometheus
 
+from orchestrator.apply import pod_metrics, prom_metrics
 from orchestrator.engines import metric_table
-from orchestrator.gate import exposition
+from orchestrator.gate import exposition, live_metrics
 
 pytestmark = pytest.mark.skipif(
     not realvllm.available() and os.environ.get("DEPLOYCTL_REAL_VLLM") != "required",
@@ -235,6 +237,50 @@ def test_the_shipped_metric_table_is_what_the_real_server_serves(real_vllm: tupl
     for name, family in table.families.items():
         found = served.get(name) or served.get(name.removesuffix("_total"))
         assert found is not None and found.kind == family.kind, (name, found)
+
+
+def test_a_real_prometheus_scraping_the_real_server_gives_the_canary_the_counts_the_server_gives(
+    real_vllm: tuple[int, Path], tmp_path: Path
+) -> None:
+    # The canary's source `prometheus` asks for the table's series as Prometheus stores them (a
+    # counter's _total, a histogram's _bucket), labelled as the PodMonitor's; the real server's
+    # /metrics, read directly as the source `pods` reads it, must tell the same window.
+    port, _ = real_vllm
+    base = f"http://{realvllm.HOST}:{port}"
+    with urllib.request.urlopen(f"{base}/version", timeout=30) as answer:
+        table = metric_table.table("vllm", json.loads(answer.read())["version"])
+    labels = {"namespace": "prod", "pod": "llm-0", "deployctl_dev_release": "llm"}
+    targets = {"llm-0": pod_metrics.Target("stable", port)}
+
+    def direct() -> live_metrics.Scrape:
+        request = urllib.request.Request(f"{base}{table.path}", headers={"Authorization": f"Bearer {API_KEY}"})
+        with urllib.request.urlopen(request, timeout=30) as answer:
+            return live_metrics.Scrape("llm-0", "stable", exposition.parse(answer.read().decode()))
+
+    with Prometheus(tmp_path, scrape_interval="1s", bearer=API_KEY) as prometheus:
+        prometheus.scrape([(port, labels)])
+        reader = prom_metrics.Reader(prometheus.url, table, "prod", "llm", targets)
+        deployhelpers.wait_until(lambda: not reader.read().unanswered, 60, "Prometheus' first scrape of vLLM")
+        start, start_direct = reader.read(), direct()
+        args = ("bench", "--base-url", base, "--model", MODEL, "--num-prompts", "6", "--max-concurrency", "2")
+        args += ("--random-input-len", "16", "--random-output-len", "8", "--num-warmups", "0", "--output", "json")
+        sent = deployctl(Path("/dev/null"), *args, env={"OPENAI_API_KEY": API_KEY}, timeout=300)
+        assert sent.code == 0, sent.stdout + sent.stderr
+        end_direct = direct()
+        seen = live_metrics.window(table, [start_direct], [end_direct], "stable")
+
+        def caught_up() -> bool:
+            return live_metrics.window(table, start.scrapes, reader.read().scrapes, "stable").requests >= seen.requests
+
+        deployhelpers.wait_until(caught_up, 30, "Prometheus to scrape the window's last requests")
+        end = reader.read()
+    assert start.unanswered == {} and end.unanswered == {}, (start.unanswered, end.unanswered)
+    through = live_metrics.window(table, start.scrapes, end.scrapes, "stable")
+    # bench's six requests, and the one-token probes that size its prompts, all through /v1.
+    assert seen.requests >= 6 and through.requests == seen.requests, (seen, through)
+    assert through.error_rate == 0
+    for latency in ("ttft", "e2el"):
+        assert through.latency_ms("p95", latency) == pytest.approx(seen.latency_ms("p95", latency)), latency
 
 
 def test_an_slo_the_real_server_cannot_meet_is_rolled_back_with_the_chain_intact(real_env: ReleaseEnv) -> None:

@@ -305,6 +305,54 @@ def metrics_text(
     return body.decode("utf-8", errors="replace")
 
 
+PROMETHEUS_BODY_LIMIT = 16 << 20  # a window's instant vector of one release: a few thousand series at most
+
+
+def prometheus_vector(
+    base_url: str, query: str, *, timeout: float = 10.0, transport: httpx.BaseTransport | None = None
+) -> list[tuple[dict[str, str], float]]:
+    """The instant vector ``GET {base_url}/api/v1/query?query=...`` answers: each series' labels and value.
+
+    The URL comes from a profile, which the controller runs for any author: nothing of an answer that
+    is not Prometheus' own JSON is quoted in an error (only its status), so an address that is not a
+    Prometheus cannot have its page copied into a log, a record or a status.
+    """
+    url = check_url(base_url) + "/api/v1/query"
+    deadline = time.monotonic() + timeout  # for the whole answer: a server that drips bytes holds no window
+    try:
+        with _sync_client(timeout, transport) as client, client.stream("GET", url, params={"query": query}) as answer:
+            body = bytearray()
+            for chunk in answer.iter_bytes():
+                body += chunk
+                if len(body) > PROMETHEUS_BODY_LIMIT:
+                    raise EndpointProtocolError(f"{url}: the answer is larger than {PROMETHEUS_BODY_LIMIT:,} bytes")
+                if time.monotonic() > deadline:
+                    raise EndpointTimeout(f"{url}: the answer took longer than {timeout:g} s")
+            status = answer.status_code
+    except httpx.HTTPError as e:
+        raise _convert(e, url) from e
+    try:
+        payload: Any = json.loads(body)
+    except (ValueError, RecursionError):
+        payload = None
+    if not isinstance(payload, dict) or payload.get("status") not in ("success", "error"):
+        raise EndpointProtocolError(f"{url}: HTTP {status}, and the answer is not the Prometheus API's JSON")
+    if payload["status"] == "error" or status != 200:
+        said = errors.excerpt(f"{payload.get('errorType', '')}: {payload.get('error', '')}")
+        raise EndpointStatusError(f"{url}: HTTP {status}: Prometheus says {said}", status=status, body=said)
+    data = payload.get("data")
+    if not isinstance(data, dict) or data.get("resultType") != "vector" or not isinstance(data.get("result"), list):
+        raise EndpointProtocolError(f"{url}: the answer is not an instant vector")
+    found = []
+    for entry in data["result"]:
+        try:
+            labels = {str(k): str(v) for k, v in entry["metric"].items()}
+            found.append((labels, float(entry["value"][1])))
+        except (KeyError, TypeError, ValueError, IndexError, AttributeError) as e:
+            raise EndpointProtocolError(f"{url}: a series of the answer is not shaped as the API gives it") from e
+    return found
+
+
 def _get(client: httpx.Client, url: str, headers: dict[str, str], limit: int) -> tuple[int, bytes]:
     """GET ``url``: the status and at most ``limit`` + 1 bytes of the answer (more would be a flood,
     read no further; the extra byte tells the caller the answer was cut)."""

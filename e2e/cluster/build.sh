@@ -60,9 +60,10 @@ build_tool() {
     ray-operator) build "$TOOLS/kuberay" github.com/ray-project/kuberay/ray-operator ray-operator ;;
     source-controller) build "$TOOLS/flux-source" github.com/fluxcd/source-controller source-controller ;;
     kustomize-controller) build "$TOOLS/flux-kustomize" github.com/fluxcd/kustomize-controller kustomize-controller ;;
-    # promtool checks and unit-tests the rendered alert rules. (The module also pins the server,
-    # for the canary's Prometheus source; nothing starts one yet, so it is not built.)
-    prometheus) build "$TOOLS/prometheus" github.com/prometheus/prometheus/cmd/promtool promtool ;;
+    # promtool checks and unit-tests the rendered alert rules; the server, from the same module, is
+    # the canary's metrics source `prometheus` in the e2e tests (started on loopback, no UI assets).
+    prometheus) build "$TOOLS/prometheus" github.com/prometheus/prometheus/cmd/promtool promtool
+      build "$TOOLS/prometheus" github.com/prometheus/prometheus/cmd/prometheus prometheus ;;
     # No binary: the module's CRD files, which the PodMonitor tests apply, into the module cache.
     prometheus-crds) (cd "$TOOLS/prometheus-operator" && go mod download github.com/prometheus-operator/prometheus-operator) ;;
     *) echo "build.sh: unknown tool '$1'" >&2; exit 2 ;;

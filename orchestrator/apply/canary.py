@@ -3,7 +3,8 @@ copies, before the promotion moves every copy (``orchestrator.apply.pipeline`` p
 
 Step 1 starts the canary Deployment (``orchestrator.render.canary``) and runs the existing gate on
 its pods alone: rollout watch, health, smoke. Every step then reads each serving pod's metrics
-(``pod_metrics``) over its analysis window and judges the canary against the stable copies
+(``pod_metrics``, or the same series from a Prometheus: ``prom_metrics``) over its analysis window
+and judges the canary against the stable copies
 (``gate.canary_analysis``); a later step first grows the canary to its size. Where preflight found
 no room beside the stable copies (``replace``), each step takes as many stable copies away as the
 canary runs. A failed step, or anything unexpected, removes the canary and gives the stable copies
@@ -22,7 +23,7 @@ from typing import Any
 import yaml
 
 from orchestrator import conventions, errors
-from orchestrator.apply import canary_control, pod_metrics, rollout, sequence, verify, watching
+from orchestrator.apply import canary_control, pod_metrics, prom_metrics, rollout, sequence, verify, watching
 from orchestrator.apply.lock import ReleaseLock
 from orchestrator.apply.outcome import Failure, Outcome, Timings
 from orchestrator.engines import metric_table
@@ -40,7 +41,6 @@ ABORTED = "canary_aborted"  # `deployctl rollout abort`
 # What this deployctl does not run yet, said before any write (exit 5) instead of ignored.
 _NOT_RUN = {
     "multi_node": "a canary of copies that span nodes (one RayCluster per step)",
-    "prometheus": "rollout.canary.metrics.source prometheus",
     "httpRoute": "rollout.canary.traffic httpRoute",
 }
 Sleep = Callable[[float], None]
@@ -54,15 +54,13 @@ def not_run(profile: Profile) -> str | None:
     missing = [
         what
         for key, what in _NOT_RUN.items()
-        if (key == "multi_node" and profile.multi_node)
-        or (key == "prometheus" and spec.metrics.source == "prometheus")
-        or (key == "httpRoute" and spec.traffic == "httpRoute")
+        if (key == "multi_node" and profile.multi_node) or (key == "httpRoute" and spec.traffic == "httpRoute")
     ]
     if not missing:
         return None
     return (
         f"this deployctl does not run {' or '.join(missing)} yet, and deploying every copy at once would ignore "
-        "what the profile asks. Nothing was written. Use metrics.source pods and traffic service on a "
+        "what the profile asks. Nothing was written. Use traffic service on a "
         "single-pod-per-copy release, or remove rollout.canary"
     )
 
@@ -287,16 +285,20 @@ def _window(
     None with the seconds held when a pause interrupted it (the caller starts it again)."""
     engine = c.profile.engine
     table = metric_table.table(engine.kind, engine.engine_version)
-    interval = conventions.prometheus_seconds(c.canary.metrics.interval)
+    interval = _read_interval(c)
     targets = pod_metrics.serving_pods(c.kube, c.name, c.namespace)
     first, last = dict[str, live_metrics.Scrape](), dict[str, live_metrics.Scrape]()
+    silent: dict[str, str] = {}  # pod -> why its last read went unanswered
 
     def read() -> None:  # each pod's first and last answer: a missed read neither drops nor inflates a pod
-        for scrape in reader.read().scrapes:
+        answered = reader.read()
+        for scrape in answered.scrapes:
             first.setdefault(scrape.pod, scrape)
             last[scrape.pod] = scrape
+            silent.pop(scrape.pod, None)
+        silent.update(answered.unanswered)
 
-    with pod_metrics.Reader(c.kube, c.namespace, targets, table.path) as reader:
+    with _reader(c, table, targets) as reader:
         read()
         deadline = time.monotonic() + window
         while (left := deadline - time.monotonic()) > 0:
@@ -306,6 +308,8 @@ def _window(
             if (held := _checkpoint(c, entry)) > 0:
                 return None, held
             read()
+    if never := {pod: why for pod, why in silent.items() if pod not in last}:
+        c.report(STAGE, "no metrics in this window from " + "; ".join(f"{pod}: {why}" for pod, why in never.items()))
     slo = slo_language.parse_slo(c.profile.gate.smoke.slo)
     stable_expected = any(t.track == canary_workload.STABLE for t in targets.values())
     analysis = canary_analysis.analyse(
@@ -319,6 +323,24 @@ def _window(
         stable_expected=stable_expected,
     )
     return analysis, 0.0
+
+
+def _read_interval(c: Canary) -> float:
+    """How often a window reads: the metrics interval from the pods, the PodMonitor's from Prometheus
+    (reading it faster sees the same scrape twice)."""
+    metrics = c.canary.metrics
+    if metrics.source == "prometheus":
+        return max(1.0, conventions.prometheus_seconds(c.profile.monitoring.podMonitor.interval))
+    return conventions.prometheus_seconds(metrics.interval)
+
+
+def _reader(
+    c: Canary, table: metric_table.MetricTable, targets: dict[str, pod_metrics.Target]
+) -> pod_metrics.Reader | prom_metrics.Reader:
+    metrics = c.canary.metrics
+    if metrics.source == "prometheus" and metrics.prometheusUrl:
+        return prom_metrics.Reader(metrics.prometheusUrl, table, c.namespace, c.name, targets)
+    return pod_metrics.Reader(c.kube, c.namespace, targets, table.path)
 
 
 def _checkpoint(c: Canary, entry: dict[str, Any]) -> float:

@@ -21,6 +21,7 @@ from orchestrator.apply import (
     cluster_preflight,
     confine,
     group_rollout,
+    prom_metrics,
     sequence,
     time_to_serving,
     verify,
@@ -52,6 +53,7 @@ def apply(profile: Profile, profile_text: str, options: sequence.Options, report
     with timings.phase("plan"):
         plan = planner.check(profile)  # refuses (exit 2 or 3) before anything touches a cluster
         verify.gate_target(profile, options.endpoint, options.allowed_gate_hosts)  # so does a refused endpoint
+        prom_metrics.check_source(profile, options.allowed_gate_hosts)  # and a canary Prometheus not allowed
         warmup.check_public_key(profile)  # and a model.verify key it could not check with
     kube = connect(options.kubeconfig, options.context)
     if profile.engine.skipMemoryProfiling:

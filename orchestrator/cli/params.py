@@ -202,7 +202,8 @@ ALLOW_GATE_HOSTS: Option[tuple[str, ...]] = option(
     default=(),
     metavar="HOST",
     help="A host that the profile's (or a stored revision's) gate.endpoint may name besides the "
-    "release's own Service (repeatable). The API key of gate.apiKeySecret goes to the release's own Service only.",
+    "release's own Service, and that rollout.canary.metrics.prometheusUrl may name (repeatable). The API key of "
+    "gate.apiKeySecret goes to the release's own Service only.",
 )
 ENDPOINT = option("--endpoint", default=None, help="Reach the server here instead of port-forwarding to each pod.")
 TIMEOUT: Option[float | None] = option(

@@ -123,8 +123,9 @@ class PolicySpec(profile_base.Model):
     ceilings: Ceilings = Field(default_factory=Ceilings, description="The longest waits a profile may ask for.")
     allowedGateHosts: list[str] = Field(
         default_factory=list,
-        description="Hosts other than the release's own Service that gate.endpoint may name (exact host names). "
-        "The gate's API key is only ever sent to the release's own Service.",
+        description="Hosts other than the release's own Service that gate.endpoint, and "
+        "rollout.canary.metrics.prometheusUrl, may name (exact host names). The gate's API key is only ever "
+        "sent to the release's own Service.",
     )
 
 

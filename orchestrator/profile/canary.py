@@ -13,14 +13,14 @@ from __future__ import annotations
 
 import difflib
 import math
-from typing import Literal
+from typing import Annotated, Literal
 
 import pydantic
 from pydantic import Field
 
 from orchestrator import conventions
 from orchestrator.profile import base as profile_base
-from orchestrator.profile import slo
+from orchestrator.profile import gate_endpoint, slo
 from orchestrator.profile.monitoring import Duration, PodMonitorSpec
 
 # Ratios to the stable copies that judge a step unless the profile says otherwise: 20 % slower at the
@@ -76,9 +76,15 @@ class Metrics(profile_base.Model):
         "needed (the air-gap default). `prometheus`: PromQL against `prometheusUrl`, over the series the "
         "release's PodMonitor labels (monitoring.podMonitor).",
     )
-    prometheusUrl: str | None = Field(
+    prometheusUrl: (
+        Annotated[
+            str,
+            pydantic.StringConstraints(pattern=r"^https?://[^\s/]+(/\S*)?$"),
+            pydantic.AfterValidator(gate_endpoint.checked),  # no user@, ? or #: docs/canary.md
+        ]
+        | None
+    ) = Field(
         default=None,
-        pattern=r"^https?://[^\s/]+(/\S*)?$",
         description="With source prometheus: the Prometheus HTTP API's base URL, e.g. "
         "http://prometheus-operated.monitoring:9090.",
     )
@@ -184,6 +190,12 @@ class CanarySpec(profile_base.Model):
                     "monitoring.podMonitor.enabled: true, or use source pods",
                 )
             interval = pod_monitor.interval
+            if conventions.prometheus_seconds(interval) < 1:
+                raise profile_base.field_error(
+                    ("monitoring", "podMonitor", "interval"),
+                    f"with rollout.canary.metrics.source prometheus the canary queries Prometheus every "
+                    f"monitoring.podMonitor.interval, and {interval} would flood it; make it at least 1s",
+                )
         self._check_steps(replicas, interval)
 
     def _check_steps(self, replicas: int, scrape_interval: str) -> None:

@@ -52,9 +52,9 @@ def problem(url: str) -> str | None:
     if _UNSAFE.search(url):
         return f"{url!r} contains whitespace, a backslash or a control character"
     if "#" in url:
-        return f"{url!r} has a fragment (#): the gate's paths would be dropped; remove it"
+        return f"{url!r} has a fragment (#): the paths deployctl appends would be dropped; remove it"
     if "?" in url:
-        return f"{url!r} has a query (?): the gate's paths would become part of it; remove it"
+        return f"{url!r} has a query (?): the paths deployctl appends would become part of it; remove it"
     parts = urllib.parse.urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.netloc:
         return f"{url!r} must be an http:// or https:// URL, such as http://NAME.NAMESPACE.svc:8000"
@@ -116,6 +116,22 @@ def resolve(
             "allowedGateHosts)"
         )
     return Target(url=url.rstrip("/"), host=host, own=own)
+
+
+def check_allowed(url: str, allowed_hosts: Iterable[str], source: str, instead: str) -> None:
+    """:class:`Refused` unless ``url`` has the form :func:`problem` allows and its host is on the operator's
+    allow-list: for another URL a profile makes deployctl query (the canary's Prometheus), which is
+    never the release's own Service. ``instead``: what the profile could say rather than allow the host."""
+    why = problem(url)
+    if why is not None:
+        raise Refused(f"{source}: {why}")
+    host = (urllib.parse.urlsplit(url).hostname or "").rstrip(".").lower()
+    if host not in {h.strip().rstrip(".").lower() for h in allowed_hosts if h.strip()}:
+        raise Refused(
+            f"{source}: {host} is not on the operator's allow-list of hosts deployctl may query for a profile; "
+            f"have the operator allow it (deployctl --allow-gate-host {host}; the controller: the policy's "
+            f"allowedGateHosts), or {instead}. Nothing was written"
+        )
 
 
 def key_refused(target: Target, release: str, namespace: str, source: str = FIELD) -> str:

@@ -1,6 +1,6 @@
 // Tools module: Prometheus and promtool, from the upstream module. promtool checks and unit-tests
-// the alert rules deployctl renders (build.sh builds it); the server is pinned for the canary's
-// Prometheus metrics source, which no test starts yet. The upstream go.mod's replace and exclude
+// the alert rules deployctl renders, and the server is the canary's Prometheus metrics source in the
+// e2e tests (build.sh builds both). The upstream go.mod's replace and exclude
 // lines keep `go install ...@version` from building it, so it is required here instead.
 module deployctl.local/e2e/tools/prometheus
 
