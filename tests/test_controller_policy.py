@@ -21,10 +21,11 @@ import test_releases as tr
 from click.testing import CliRunner
 
 from orchestrator import errors
-from orchestrator.apply import lock
+from orchestrator.apply import lock, sequence
 from orchestrator.cli import app as cli
 from orchestrator.controller import reconciler as controller
 from orchestrator.controller import workqueue
+from orchestrator.policy import model as policy
 from orchestrator.profile import model as profiles
 
 NS = "team-a"
@@ -316,3 +317,28 @@ def test_the_workers_option_reaches_the_controller(monkeypatch: pytest.MonkeyPat
     result = CliRunner().invoke(cli.main, ["controller", "-n", NS, "--workers", "7"])
     assert result.exit_code == 0, result.output
     assert seen[0].workers == 7 and controller.Settings(namespace=None, lease_namespace="x").workers == 4
+
+
+def test_the_hosts_every_applicable_policy_allows_are_the_ones_the_controller_may_reach() -> None:
+    a = policy.from_object({"metadata": {"name": "a"}, "spec": {"allowedGateHosts": ["Prom.Monitoring.svc.", "x"]}})
+    b = policy.from_object({"metadata": {"name": "b"}, "spec": {"allowedGateHosts": ["prom.monitoring.svc"]}})
+    other = policy.from_object({"metadata": {"name": "c"}, "spec": {"namespaces": ["elsewhere"]}})
+    assert policy.allowed_gate_hosts([a, b, other], NS) == ("prom.monitoring.svc",)  # all that apply must allow
+    assert policy.allowed_gate_hosts([a], NS) == ("prom.monitoring.svc", "x")
+    assert policy.allowed_gate_hosts([other], NS) == ()  # none applies: the safe default allows none
+
+
+def test_the_policys_allowed_hosts_reach_the_controllers_apply(monkeypatch: pytest.MonkeyPatch) -> None:
+    allows = {"metadata": {"name": "gate-hosts"}, "spec": {"namespaces": [NS], "allowedGateHosts": ["prom.mon.svc"]}}
+    kube = Kube([allows])
+    kube.create(inference_profile())
+    seen: list[sequence.Options] = []
+
+    def apply(prof: Any, text: str, options: sequence.Options, report: Any) -> None:
+        seen.append(options)
+        raise errors.Locked("held by someone else")  # stop here: the options are what this test reads
+
+    monkeypatch.setattr(controller.pipeline, "apply", apply)
+    rec, _ = reconciler(kube)
+    rec.reconcile_safely(kube.get("InferenceProfile", "llm", NS) or {})
+    assert [o.allowed_gate_hosts for o in seen] == [("prom.mon.svc",)]

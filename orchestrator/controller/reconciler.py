@@ -303,6 +303,7 @@ class _Reconciler:
             lock_ttl=self.settings.lock_ttl,
             environ={"DEPLOYCTL_CONTROLLER": self.lease.identity},
             keys=self.keys,
+            allowed_gate_hosts=policy.allowed_gate_hosts(self._policies(), namespace),
         )
         # The record keeps the profile as a file would hold it, so a revision deployed by the
         # controller reads like one deployed by the CLI (audit export, rollback settings).

@@ -175,6 +175,15 @@ def applicable(policies: Iterable[Policy], namespace: str) -> list[Policy]:
     return found or [SAFE_DEFAULT_POLICY]
 
 
+def allowed_gate_hosts(policies: Iterable[Policy], namespace: str) -> tuple[str, ...]:
+    """The hosts besides the release's own Service that the controller's gate, and a canary's
+    Prometheus, may reach for a profile in ``namespace``: those every applicable policy allows (as
+    each of them must allow every other field); the safe default allows none."""
+    applying = applicable(policies, namespace)
+    allowed = set.intersection(*({h.strip().rstrip(".").lower() for h in p.spec.allowedGateHosts} for p in applying))
+    return tuple(sorted(h for h in allowed if h))
+
+
 def check(profile: profiles.Profile, policies: Iterable[Policy] = ()) -> list[Violation]:
     """Every field of ``profile`` that a policy applying to its namespace refuses (none: allowed)."""
     found: list[Violation] = []
