@@ -23,6 +23,7 @@ from pydantic import Field
 from orchestrator import errors
 from orchestrator.policy import rules as policy_rules
 from orchestrator.profile import base as profile_base
+from orchestrator.profile import gate_endpoint
 from orchestrator.profile import model as profiles
 
 KIND = "InferencePolicy"
@@ -180,8 +181,8 @@ def allowed_gate_hosts(policies: Iterable[Policy], namespace: str) -> tuple[str,
     Prometheus, may reach for a profile in ``namespace``: those every applicable policy allows (as
     each of them must allow every other field); the safe default allows none."""
     applying = applicable(policies, namespace)
-    allowed = set.intersection(*({h.strip().rstrip(".").lower() for h in p.spec.allowedGateHosts} for p in applying))
-    return tuple(sorted(h for h in allowed if h))
+    allowed = set.intersection(*(gate_endpoint.host_names(p.spec.allowedGateHosts) for p in applying))
+    return tuple(sorted(allowed))
 
 
 def check(profile: profiles.Profile, policies: Iterable[Policy] = ()) -> list[Violation]:

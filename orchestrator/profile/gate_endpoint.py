@@ -85,6 +85,11 @@ def _is_ip(host: str) -> bool:
     return True
 
 
+def host_names(hosts: Iterable[str]) -> set[str]:
+    """Allow-list entries as a URL's host compares with them: trimmed, no trailing dot, lower case."""
+    return {h.strip().rstrip(".").lower() for h in hosts if h.strip()}
+
+
 def own_hosts(release: str, namespace: str) -> tuple[str, ...]:
     """The host names of the release's own Service."""
     return tuple(f"{release}.{namespace}.{suffix}" for suffix in _SERVICE_SUFFIXES)
@@ -106,7 +111,7 @@ def resolve(
         raise Refused(f"{source}: {why}")
     host = (urllib.parse.urlsplit(url).hostname or "").rstrip(".").lower()
     own = host in own_hosts(release, namespace)
-    allowed = {h.strip().rstrip(".").lower() for h in allowed_hosts if h.strip()}
+    allowed = host_names(allowed_hosts)
     if not (own or typed or host in allowed):
         service = own_hosts(release, namespace)[0]
         raise Refused(
@@ -126,7 +131,7 @@ def check_allowed(url: str, allowed_hosts: Iterable[str], source: str, instead: 
     if why is not None:
         raise Refused(f"{source}: {why}")
     host = (urllib.parse.urlsplit(url).hostname or "").rstrip(".").lower()
-    if host not in {h.strip().rstrip(".").lower() for h in allowed_hosts if h.strip()}:
+    if host not in host_names(allowed_hosts):
         raise Refused(
             f"{source}: {host} is not on the operator's allow-list of hosts deployctl may query for a profile; "
             f"have the operator allow it (deployctl --allow-gate-host {host}; the controller: the policy's "
