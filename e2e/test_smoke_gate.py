@@ -24,6 +24,7 @@ from deployhelpers import DEPLOYCTL, GOOD_ITL_MS, ReleaseEnv, profile, write_pro
 pytestmark = pytest.mark.kwok
 
 SLO_P95_TTFT_MS = 500  # deployhelpers.profile's SLO: p95_ttft_ms <=500, median_tpot_ms <=50
+LOOSE_P95_TTFT_MS = 2000
 
 
 def _checks(gate: dict[str, Any], metric: str) -> dict[str, Any]:
@@ -154,16 +155,19 @@ def test_too_few_samples_is_inconclusive_and_holds_the_revision_without_rollback
 def test_regression_past_max_regression_against_the_previous_release_fails_within_the_slo(
     env: ReleaseEnv, simulator: Callable[..., Any]
 ) -> None:
-    gate_with_limit = {"maxRegression": 50}
-    first = env.apply(profile(env.namespace, gate={**profile(env.namespace)["gate"], **gate_with_limit}))
+    # The SLO is loose here so that only the regression can fail the gate, and the slower server is
+    # at least three times the measured baseline, which a loaded CI machine can push near 100 ms.
+    gate = {**profile(env.namespace)["gate"], "maxRegression": 50}
+    gate["smoke"] = {**gate["smoke"], "slo": {"p95_ttft_ms": f"<={LOOSE_P95_TTFT_MS}"}}
+    first = env.apply(profile(env.namespace, gate=gate))
     assert first.code == 0, first.stdout + first.stderr
     baseline = _checks(first.json["gate"], "p95_ttft_ms")["measured"]
     assert first.json["gate"]["verdict"] == "pass"
-    # Within the SLO (p95 TTFT <= 500 ms) but far more than 50 % slower than the baseline.
-    slower = simulator(model="sim-model", ttft_ms=SLO_P95_TTFT_MS // 2, itl_ms=GOOD_ITL_MS)
-    assert 3 * baseline < SLO_P95_TTFT_MS // 2, f"baseline p95 TTFT {baseline} ms is too slow to compare"
+    slower_ttft_ms = max(SLO_P95_TTFT_MS // 2, int(3 * baseline))
+    assert 2 * slower_ttft_ms < LOOSE_P95_TTFT_MS, f"baseline p95 TTFT {baseline} ms is too slow to compare"
+    slower = simulator(model="sim-model", ttft_ms=slower_ttft_ms, itl_ms=GOOD_ITL_MS)
     env.forward_8001(slower.port)
-    doc = profile(env.namespace, port=8001, gate={**profile(env.namespace)["gate"], **gate_with_limit})
+    doc = profile(env.namespace, port=8001, gate=gate)
     result = env.apply(doc)
     assert result.code == 6, result.stdout + result.stderr
     out = result.json
