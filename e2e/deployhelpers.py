@@ -13,7 +13,6 @@ import os
 import socket
 import subprocess
 import sys
-import threading
 import time
 import urllib.request
 from collections.abc import Callable
@@ -292,35 +291,52 @@ def wait_for_settled_namespaces(api: Any, timeout: float = 120) -> None:
 
 
 class Traffic:
-    """Live traffic in the background: chat requests straight to the simulators behind the pods, one
-    after the other, as a Service spreading requests over both sides would send them."""
+    """Live traffic in the background, from `deployctl bench` as an operator would send it: one run per
+    server (the simulators behind the pods, as a Service spreading requests over both sides reaches
+    them), an open loop of RATE requests/s, stopped by SIGTERM when the block ends. Each run's JSON
+    report is kept; ``answered`` and ``failed`` are their sums, by the benchmark's own count."""
+
+    RATE = 4
 
     def __init__(self, ports: list[int]) -> None:
-        self.ports, self.answered, self.failed = ports, 0, 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
+        self.ports = ports
+        self.reports: list[dict[str, Any]] = []
+        self._runs: list[subprocess.Popen[str]] = []
 
     def __enter__(self) -> Traffic:
-        self._thread.start()
+        for port in self.ports:
+            argv = [DEPLOYCTL, "bench", "--url", f"http://127.0.0.1:{port}", "--model", MODEL, "-o", "json"]
+            argv += ["--duration", "30m", "--requests", "1000000", "--request-rate", str(self.RATE)]
+            argv += ["--concurrency", "4", "--processes", "1", "--warmup", "0"]
+            argv += ["--input-tokens", "16", "--output-tokens", "4", "--timeout", "30s"]
+            self._runs.append(subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join(timeout=60)
+        for run in self._runs:
+            run.terminate()  # SIGTERM: the benchmark stops sending and reports what it measured
+        for run in self._runs:
+            try:
+                out, err = run.communicate(timeout=60)
+            except subprocess.TimeoutExpired:
+                run.kill()
+                run.communicate()
+                raise
+            assert run.returncode == 0 and "Traceback" not in err, f"deployctl bench exited {run.returncode}: {err}"
+            report = json.loads(out)
+            assert (report["stopped_early"] or "").startswith("stopped by SIGTERM"), report["stopped_early"]
+            self.reports.append(report)
 
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            for port in self.ports:
-                try:
-                    ok = post(f"http://127.0.0.1:{port}/v1/chat/completions") == 200
-                except OSError:
-                    ok = False
-                self.answered += ok
-                self.failed += not ok
-            time.sleep(0.05)
+    @property
+    def answered(self) -> int:
+        return sum(int(r["completed"]) for r in self.reports)
+
+    @property
+    def failed(self) -> int:
+        return sum(int(r["failed"]) for r in self.reports)
 
     def __repr__(self) -> str:
-        return f"Traffic(answered={self.answered}, failed={self.failed})"
+        return f"Traffic(answered={self.answered}, failed={self.failed}, errors={[r['errors'] for r in self.reports]})"
 
 
 def post(url: str) -> int:

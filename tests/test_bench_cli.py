@@ -10,9 +10,14 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import pathlib
 import re
+import signal
 import socket
+import subprocess
+import sys
+import time
 from collections.abc import Iterator
 
 import click.testing
@@ -29,6 +34,8 @@ OUTPUT_TOKENS = 3
 
 
 class _VllmLike(localserver.QuietHandler):
+    streamed = 0  # answers begun, over every test of the module: a background run's progress
+
     def do_POST(self) -> None:
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
         if self.path != CHAT_PATH:
@@ -50,6 +57,7 @@ class _VllmLike(localserver.QuietHandler):
         if model == "flaky" and re.fullmatch(r"[0-9a-f]+-1", nonce):  # measured request number 1
             self.send_json(500, {"object": "error", "message": "engine overloaded", "code": 500})
             return
+        _VllmLike.streamed += 1
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream")
         self.end_headers()  # HTTP/1.0: the body ends when the connection closes
@@ -263,3 +271,40 @@ def test_saturation_advice_names_only_options_that_bench_has() -> None:
     named = {option for reason in every_signal.reasons for option in re.findall(r"--[a-z][a-z-]*", reason)}
     options = {opt for param in cli.bench_cmd.params for opt in param.opts}
     assert named <= options, f"the advice names {sorted(named - options)}, which `deployctl bench` lacks"
+
+
+# --- stopped by whoever started it ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("sig", "load"),
+    [
+        (signal.SIGTERM, ("--request-rate", "40", "--processes", "1")),  # open loop, one process
+        (signal.SIGINT, ("--processes", "2")),  # closed loop, the parent passes it on to two shards
+    ],
+)
+def test_a_background_run_stopped_by_a_signal_reports_what_it_measured(
+    server: str, sig: signal.Signals, load: tuple[str, ...]
+) -> None:
+    """Live traffic for a canary runs until the canary is done: the first signal ends it with a report
+    (exit 0 when nothing failed), not a traceback or a lost measurement."""
+    argv = [sys.executable, "-m", "orchestrator", "bench", "--url", server, "--model", "m", "-o", "json"]
+    argv += ["--duration", "10m", "--requests", "1000000", "--concurrency", "2", "--warmup", "0", *load]
+    argv += ["--input-tokens", "8", "--output-tokens", str(OUTPUT_TOKENS)]
+    before = _VllmLike.streamed
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=os.environ.copy())
+    try:
+        deadline = time.monotonic() + 120
+        while _VllmLike.streamed < before + 20:  # sizing probes, then measured requests
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+            time.sleep(0.1)
+        proc.send_signal(sig)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == ExitCode.OK, out + err
+    assert "Traceback" not in err
+    report = json.loads(out)
+    assert report["stopped_early"].startswith(f"stopped by {sig.name} after "), report["stopped_early"]
+    assert report["completed"] > 0 and report["failed"] == 0, report
+    assert report["duration"] < 120

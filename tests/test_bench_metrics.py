@@ -29,7 +29,7 @@ from streamfakes import (
 )
 
 from orchestrator import errors
-from orchestrator.gate import bench, bench_report, metrics, workload
+from orchestrator.gate import bench, bench_config, bench_report, early_stop, metrics, workload
 from orchestrator.profile import model as profile
 
 PROD = pathlib.Path(__file__).resolve().parent.parent / "profiles" / "prod-tp4.yaml"
@@ -283,28 +283,28 @@ def test_config_needs_an_end_and_an_http_url() -> None:
     ],
 )
 def test_endpoint_url_drops_an_openai_style_v1(url: str, base: str) -> None:
-    assert bench.endpoint_url(url) == base
+    assert bench_config.endpoint_url(url) == base
 
 
 @pytest.mark.parametrize("url", ["ftp://x", "infer:8000", "http://"])
 def test_endpoint_url_refuses_what_can_never_work(url: str) -> None:
     with pytest.raises(errors.UsageError, match="URL"):
-        bench.endpoint_url(url)
+        bench_config.endpoint_url(url)
 
 
 def test_config_for_turns_refused_values_into_usage_errors() -> None:
-    assert bench.config_for("http://x:1/v1", model="m").url == "http://x:1"
+    assert bench_config.config_for("http://x:1/v1", model="m").url == "http://x:1"
     with pytest.raises(errors.UsageError, match="--model"):
-        bench.config_for("http://x:1", model="")
+        bench_config.config_for("http://x:1", model="")
     with pytest.raises(errors.UsageError, match="--request-rate must be a finite number"):
-        bench.config_for("http://x:1", model="m", request_rate=math.inf)
+        bench_config.config_for("http://x:1", model="m", request_rate=math.inf)
     with pytest.raises(errors.UsageError, match="requests or duration"):
-        bench.config_for("http://x:1", model="m", requests=None)
+        bench_config.config_for("http://x:1", model="m", requests=None)
 
 
 def test_config_from_profile_is_the_profiles_smoke_section() -> None:
     prof = profile.load(PROD)
-    assert bench.config_from_profile(prof, "http://10.0.0.7:8000") == bench.BenchConfig(
+    assert bench_config.config_from_profile(prof, "http://10.0.0.7:8000") == bench.BenchConfig(
         url="http://10.0.0.7:8000",
         model="meta-llama/Meta-Llama-3-70B-Instruct",
         concurrency=16,
@@ -323,7 +323,7 @@ def test_config_from_profile_lets_a_short_smoke_bound_one_request_too() -> None:
         update={"timeoutSeconds": 45, "warmup": 0, "concurrency": 3, "requests": 20, "inputTokens": 7}
     )
     prof = prof.model_copy(update={"gate": prof.gate.model_copy(update={"smoke": smoke})})
-    config = bench.config_from_profile(prof, "http://infer:8000")
+    config = bench_config.config_from_profile(prof, "http://infer:8000")
     assert (config.duration, config.timeout) == (45.0, 45.0)
     assert (config.warmup, config.concurrency, config.requests, config.input_tokens) == (0, 3, 20, 7)
     assert config.request_rate is None and config.processes is None and config.seed == 0
@@ -570,6 +570,25 @@ def test_duration_stops_sending_new_requests() -> None:
     # Requests start at 0 and 0.16 s; at 0.32 s the 0.3 s budget is spent, so no third one.
     assert report.completed == 2
     assert report.duration == pytest.approx(0.32)
+
+
+def test_a_stop_ends_the_measured_phase_and_lets_the_request_in_flight_finish() -> None:
+    stop = early_stop.Stop()
+    sent = 0
+
+    def respond(request: httpx.Request) -> Sequence[Step]:
+        nonlocal sent
+        sent += 1
+        if sent == 3:
+            stop.request("SIGTERM")  # while the third request is on its way
+        return vllm_steps(0.1, 0.02, 4)
+
+    clock = FakeClock()
+    cfg = config(requests=None, duration=3600.0)
+    report = asyncio.run(bench.run_async(cfg, clock=clock, transport=streaming(clock, respond), run_id="r1", stop=stop))
+    assert report.completed == 3 and report.failed == 0
+    assert report.stopped_early == f"stopped by SIGTERM after {report.duration:.1f} s of measuring"
+    assert "Stopped early:" in bench.format_table(report)
 
 
 def test_open_loop_sends_every_arrival_and_respects_the_cap() -> None:

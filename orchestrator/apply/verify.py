@@ -424,10 +424,12 @@ def run_smoke(
     the seconds from the write to this call, which the run's first token completes into the time to
     serving that an SLO may judge (slo.SERVING_METRIC)."""
     from orchestrator import errors
-    from orchestrator.gate import bench  # bench imported here: an apply with --skip-bench never pays for it
+
+    # bench imported here: an apply with --skip-bench never pays for it
+    from orchestrator.gate import bench, bench_config
 
     smoke = profile.gate.smoke
-    config = bench.config_from_profile(profile, url)
+    config = bench_config.config_from_profile(profile, url)
     verdict = gate.error_report("the smoke benchmark did not run")
     errors_left, client_bound_left = GATE_ERROR_RETRIES, GATE_CLIENT_BOUND_RETRIES
     attempt, called = 0, time.monotonic()

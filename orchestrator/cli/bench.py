@@ -155,7 +155,10 @@ _OPTIONS: list[_Decorator] = [
         help="Accepted for vLLM command lines: every request already sends ignore_eos.",
     ),
     click.option(
-        "--duration", type=cli_options.Duration(0.1), help="Stop after this long (30s, 5m) instead of --requests."
+        "--duration",
+        type=cli_options.Duration(0.1),
+        help="Stop after this long (30s, 5m) instead of --requests. Either way, the first Ctrl-C or SIGTERM stops "
+        "sending, lets the requests in flight finish and prints the report.",
     ),
     click.option(
         "--request-rate",
@@ -207,7 +210,7 @@ def options(fn: F) -> F:
 
 def run(output_format: str, opts: BenchOptions) -> str | None:
     """Run the benchmark the options ask for, print and save its report; return why it failed, or None."""
-    from orchestrator.gate import bench, vllm_result  # bench pulls in multiprocessing and pydantic models
+    from orchestrator.gate import bench, bench_config, vllm_result  # bench pulls in multiprocessing and pydantic models
 
     save_result = opts["save_result"]
     if not save_result:
@@ -223,10 +226,10 @@ def run(output_format: str, opts: BenchOptions) -> str | None:
                 f"{', '.join(stray)} only place the --save-result file, which was not asked for; add --save-result"
             )
     api_key: str | None = opts["api_key"] or None
-    url = bench.endpoint_url(opts["url"])
+    url = bench_config.endpoint_url(opts["url"])
     model = opts["model"] if opts["model"] is not None else _first_model(url, api_key)
     rate = opts["request_rate"]
-    config = bench.config_for(
+    config = bench_config.config_for(
         url,
         model=model,
         engine=opts["engine"],
@@ -244,7 +247,7 @@ def run(output_format: str, opts: BenchOptions) -> str | None:
         timeout=opts["timeout"],
         processes=opts["processes"],
     )
-    report = bench.run(config, api_key=api_key)
+    report = bench.run(config, api_key=api_key, stop_on_signals=True)
     click.echo(report.to_json() if output_format == "json" else bench.format_table(report))
     if opts["save"]:
         for written in bench.save(report, pathlib.Path(opts["save"])):

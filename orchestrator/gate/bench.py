@@ -8,13 +8,15 @@ load is sharded across processes and the samples merged on the shared monotonic 
 
 What is sent lives in :mod:`orchestrator.gate.workload`, the report and its renderings in
 :mod:`orchestrator.gate.bench_report`; this module is the load generator that ties them together.
-Its configuration comes from the command line (:func:`config_for`) or from a profile's
-``gate.smoke`` section (:func:`config_from_profile`).
+Its configuration comes from the command line or from a profile's ``gate.smoke`` section
+(:mod:`orchestrator.gate.bench_config`); the command line may end a run early by a signal
+(:mod:`orchestrator.gate.early_stop`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import datetime
 import itertools
@@ -23,19 +25,15 @@ import multiprocessing
 import queue
 import secrets
 import time
-import urllib.parse
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
-import pydantic
-
-from orchestrator import errors, http
-from orchestrator.gate import bench_report, calibrate, metrics, stream, workload
+from orchestrator import http
+from orchestrator.gate import bench_report, calibrate, early_stop, metrics, stream, workload
 
 if TYPE_CHECKING:
     import multiprocessing.synchronize
 
-    from orchestrator.profile import model as profile_mod
 
 CHAT_PATH = workload.CHAT_PATH
 LOOP_PROBE_INTERVAL_S = 0.01
@@ -46,66 +44,6 @@ BenchConfig = workload.BenchConfig
 BenchReport = bench_report.BenchReport
 format_table = bench_report.format_table
 save = bench_report.save
-
-# What `run_smoke` has always allowed one smoke request, whatever the profile's overall bound.
-SMOKE_REQUEST_TIMEOUT_CAP_S = 120.0
-
-
-# --------------------------------------------------------------------------- configuration
-
-
-def endpoint_url(url: str) -> str:
-    """The server's base URL as we call it: http(s) only, no trailing slash, no OpenAI-style ``/v1``.
-
-    OpenAI clients take ``http://host:8000/v1`` as their base URL; we add ``/v1/...`` ourselves,
-    so that habit would ask for ``/v1/v1/chat/completions`` and get a 404 for every request.
-    A URL that can never work (no http(s) scheme, no host) is a UsageError.
-    """
-    base = http.check_url(url)
-    if urllib.parse.urlsplit(base).path.endswith("/v1") and base.endswith("/v1"):  # not http://v1
-        return base.removesuffix("/v1").rstrip("/")
-    return base
-
-
-def config_for(url: str, **settings: object) -> BenchConfig:
-    """A BenchConfig from what a user typed: the URL normalised, a bad value a UsageError (exit 1).
-
-    ``settings`` are BenchConfig fields. Values pydantic refuses, and infinite or NaN numbers
-    (an infinite burstiness never draws an arrival time), become one message naming the option.
-    """
-    base = endpoint_url(url)
-    for name, value in settings.items():
-        if isinstance(value, float) and not math.isfinite(value):
-            raise errors.UsageError(f"--{name.replace('_', '-')} must be a finite number, got {value}")
-    try:
-        return BenchConfig.model_validate({"url": base, **settings})
-    except pydantic.ValidationError as e:
-        problems = []
-        for err in e.errors():
-            option = "--" + ".".join(str(part) for part in err["loc"]).replace("_", "-")
-            problems.append(f"{option}: {err['msg']}" if err["loc"] else err["msg"])
-        raise errors.UsageError(f"invalid benchmark settings: {'; '.join(problems)}") from e
-
-
-def config_from_profile(profile: profile_mod.Profile, url: str) -> BenchConfig:
-    """The smoke benchmark a profile's ``gate.smoke`` section asks for, sent to ``url``.
-
-    The whole run is bounded by ``timeoutSeconds`` (``requests`` is the cap within it), and one
-    request may take that long too, but never more than two minutes.
-    """
-    smoke = profile.gate.smoke
-    seconds = float(smoke.timeoutSeconds)
-    return BenchConfig(
-        url=url,
-        model=profile.model.name,
-        engine=profile.engine.kind,
-        input_tokens=smoke.inputTokens,
-        output_tokens=smoke.outputTokens,
-        duration=seconds,
-        timeout=min(seconds, SMOKE_REQUEST_TIMEOUT_CAP_S),
-        **smoke.model_dump(include={"concurrency", "requests", "warmup"}),  # the same names in both
-    )
-
 
 # --------------------------------------------------------------------------- one client process
 
@@ -133,6 +71,7 @@ class _ShardResult:
     steady_until: float | None  # closed loop: when the first stream slot found no work left
     aborted: str | None = None
     first_token_at: float | None = None  # on the run's clock: the first token this shard's requests received
+    stopped_by: str | None = None  # the signal that ended the measuring early (early_stop)
 
 
 async def _probe_loop(lags: list[float], stop: asyncio.Event) -> None:
@@ -177,8 +116,12 @@ async def _measure(
     run_id: str,
     sizing: workload.PromptSizing,
     started: float,
+    stop: early_stop.Stop,
 ) -> tuple[list[metrics.RequestSample], list[float], float | None]:
-    """The measured phase: returns samples, dispatch lags and (closed loop) the end of steady state."""
+    """The measured phase: returns samples, dispatch lags and (closed loop) the end of steady state.
+
+    Past the deadline, or once ``stop`` is set, no new request is sent; those in flight finish.
+    """
     clock = client.clock
     deadline = started + config.duration if config.duration is not None else math.inf
     samples: list[metrics.RequestSample] = []
@@ -202,7 +145,7 @@ async def _measure(
 
         async def worker() -> None:
             for index in indices:
-                if clock() >= deadline:
+                if clock() >= deadline or stop.is_set():
                     break
                 await one(index)
             idle.append(clock())
@@ -210,7 +153,21 @@ async def _measure(
         await asyncio.gather(*(worker() for _ in range(shard.concurrency)))
         return samples, [], min(idle)
 
-    slots = asyncio.Semaphore(shard.concurrency)
+    arrivals = zip(indices, shard.arrivals, strict=False)  # one number per arrival (see _plan)
+    return samples, await _open_loop(one, arrivals, shard.concurrency, started, clock, stop), None
+
+
+async def _open_loop(
+    one: Callable[[int], Awaitable[None]],
+    arrivals: Iterable[tuple[int, float]],
+    concurrency: int,
+    started: float,
+    clock: Callable[[], float],
+    stop: early_stop.Stop,
+) -> list[float]:
+    """Send request ``index`` at each arrival ``offset`` (at most ``concurrency`` in flight) until the
+    arrivals run out or ``stop`` is set; return how late each send was."""
+    slots = asyncio.Semaphore(concurrency)
     dispatch_lags: list[float] = []
     tasks: list[asyncio.Task[None]] = []
 
@@ -218,17 +175,19 @@ async def _measure(
         async with slots:
             await one(index)
 
-    # indices holds exactly one number per arrival (see _plan).
-    for index, offset in zip(indices, shard.arrivals, strict=False):
+    for index, offset in arrivals:
         delay = started + offset - clock()
         if delay > 0:
-            await asyncio.sleep(delay)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.event.wait(), delay)
+        if stop.is_set():
+            break
         # Waiting for a free slot is the cap working as asked, not the client falling behind.
         if not slots.locked():
             dispatch_lags.append(max(0.0, clock() - started - offset))
         tasks.append(asyncio.create_task(capped(index)))
     await asyncio.gather(*tasks)
-    return samples, dispatch_lags, None
+    return dispatch_lags
 
 
 async def _run_shard(
@@ -241,7 +200,9 @@ async def _run_shard(
     transport: Any = None,
     barrier: Callable[[], None] | None = None,
     api_key: str | None = None,
+    stop: early_stop.Stop | None = None,
 ) -> _ShardResult:
+    stop = stop or early_stop.Stop()
     read_timeout = min(config.stall_timeout, config.timeout)
     client = http.StreamClient(
         config.url, shard.concurrency, read_timeout=read_timeout, clock=clock, transport=transport, api_key=api_key
@@ -255,17 +216,19 @@ async def _run_shard(
         if aborted:
             return _ShardResult([], started, started, 0.0, [], [], None, aborted, _first_token_at(warm))
         cpu_before = time.process_time()
-        stop = asyncio.Event()
+        probe_done = asyncio.Event()
         lags: list[float] = []
-        probe = asyncio.create_task(_probe_loop(lags, stop))
-        samples, dispatch_lags, steady_until = await _measure(client, config, shard, run_id, sizing, started)
+        probe = asyncio.create_task(_probe_loop(lags, probe_done))
+        samples, dispatch_lags, steady_until = await _measure(client, config, shard, run_id, sizing, started, stop)
         # Like vLLM: the run ends when the last answer is complete, not at its last token.
         ended = clock()
         cpu_seconds = time.process_time() - cpu_before
-        stop.set()
+        probe_done.set()
         await probe
     first = _first_token_at([*warm, *samples])
-    return _ShardResult(samples, started, ended, cpu_seconds, lags, dispatch_lags, steady_until, None, first)
+    return _ShardResult(
+        samples, started, ended, cpu_seconds, lags, dispatch_lags, steady_until, None, first, stop.signal_name
+    )
 
 
 def _first_token_at(samples: list[metrics.RequestSample]) -> float | None:
@@ -301,17 +264,28 @@ def _shard_process(
     barrier: multiprocessing.synchronize.Barrier,
     results: multiprocessing.Queue[tuple[int, _ShardResult]],
     api_key: str | None,
+    stop_on_signals: bool,
 ) -> None:
     config = BenchConfig.model_validate_json(config_json)
 
     def wait() -> None:
         barrier.wait(_SHARD_START_TIMEOUT_S)
 
-    results.put((shard.index, asyncio.run(_run_shard(config, shard, run_id, sizing, barrier=wait, api_key=api_key))))
+    async def shard_run() -> _ShardResult:
+        stop = early_stop.Stop()
+        with early_stop.on_signals(stop, keep=True) if stop_on_signals else contextlib.nullcontext():
+            return await _run_shard(config, shard, run_id, sizing, barrier=wait, api_key=api_key, stop=stop)
+
+    results.put((shard.index, asyncio.run(shard_run())))
 
 
 def _run_sharded(
-    config: BenchConfig, shards: Sequence[_Shard], run_id: str, sizing: workload.PromptSizing, api_key: str | None
+    config: BenchConfig,
+    shards: Sequence[_Shard],
+    run_id: str,
+    sizing: workload.PromptSizing,
+    api_key: str | None,
+    stop_on_signals: bool,
 ) -> list[_ShardResult]:
     # spawn, not fork: the caller may hold threads (Kubernetes watches) that fork would copy half-done.
     ctx = multiprocessing.get_context("spawn")
@@ -321,7 +295,7 @@ def _run_sharded(
         ctx.Process(
             target=_shard_process,
             # The key goes to the child as an argument, never in the config, which reports keep.
-            args=(config.model_dump_json(), shard, run_id, sizing, barrier, results, api_key),
+            args=(config.model_dump_json(), shard, run_id, sizing, barrier, results, api_key, stop_on_signals),
             name=f"deployctl-bench-{shard.index}",
             daemon=True,
         )
@@ -330,26 +304,30 @@ def _run_sharded(
     for proc in procs:
         proc.start()
     collected: dict[int, _ShardResult] = {}
-    try:
-        while len(collected) < len(shards):
-            try:
-                index, result = results.get(timeout=1.0)
-            except queue.Empty:
-                dead = [p for p in procs if p.exitcode not in (None, 0)]
-                if dead:
-                    barrier.abort()
-                    raise RuntimeError(
-                        f"benchmark client process {dead[0].name} exited with code {dead[0].exitcode}; "
-                        "its traceback is on stderr"
-                    ) from None
-                continue
-            collected[index] = result
-    finally:
-        for proc in procs:
-            proc.join(timeout=5.0)
-            if proc.is_alive():
-                proc.terminate()
-    return [collected[i] for i in range(len(shards))]
+    stopped: list[str] = []  # the signal the parent was sent, which the shards were passed as SIGTERM
+    forwarding = early_stop.forwarded_to(procs, stopped) if stop_on_signals else contextlib.nullcontext()
+    with forwarding:
+        try:
+            while len(collected) < len(shards):
+                try:
+                    index, result = results.get(timeout=1.0)
+                except queue.Empty:
+                    dead = [p for p in procs if p.exitcode not in (None, 0)]
+                    if dead:
+                        barrier.abort()
+                        raise RuntimeError(
+                            f"benchmark client process {dead[0].name} exited with code {dead[0].exitcode}; "
+                            "its traceback is on stderr"
+                        ) from None
+                    continue
+                collected[index] = result
+        finally:
+            for proc in procs:
+                proc.join(timeout=5.0)
+                if proc.is_alive():
+                    proc.terminate()
+    ordered = [collected[i] for i in range(len(shards))]
+    return [dataclasses.replace(r, stopped_by=stopped[0]) for r in ordered] if stopped else ordered
 
 
 # --------------------------------------------------------------------------- the run
@@ -362,19 +340,23 @@ async def run_async(
     transport: Any = None,
     run_id: str | None = None,
     api_key: str | None = None,
+    stop: early_stop.Stop | None = None,
 ) -> BenchReport:
     """One run in the current event loop and process (``processes`` is ignored).
 
     ``clock`` and ``transport`` (an ``httpx`` transport, handed through to :mod:`orchestrator.http`)
     let tests replace time and the network; ``run_id`` fixes the nonce prefix. ``api_key`` is sent
-    as a Bearer token and kept out of the report.
+    as a Bearer token and kept out of the report. Once ``stop`` is set no new measured request is
+    sent, and the report says the run stopped early.
     """
     run_id = run_id or secrets.token_hex(4)
     [shard] = _plan(config.model_copy(update={"processes": 1}))
     began = clock()
     sized = await _sizing(config, run_id, clock=clock, transport=transport, api_key=api_key)
     wall = datetime.datetime.now(datetime.timezone.utc)
-    result = await _run_shard(config, shard, run_id, sized.sizing, clock=clock, transport=transport, api_key=api_key)
+    result = await _run_shard(
+        config, shard, run_id, sized.sizing, clock=clock, transport=transport, api_key=api_key, stop=stop
+    )
     return _report(config, run_id, wall, [result], sized, began)
 
 
@@ -397,23 +379,30 @@ async def _sizing(
         return await calibrate.calibrate(client, config, run_id)
 
 
-def run(config: BenchConfig, *, api_key: str | None = None) -> BenchReport:
+def run(config: BenchConfig, *, api_key: str | None = None, stop_on_signals: bool = False) -> BenchReport:
     """Run the benchmark and return its report; server failures are in the report, never raised.
 
     ``api_key`` (the server's ``--api-key``) is not part of ``config`` on purpose: the config is
-    stored with every report, and a key must never be.
+    stored with every report, and a key must never be. With ``stop_on_signals`` (the command line),
+    the first SIGINT or SIGTERM ends the run early with its report (:mod:`orchestrator.gate.early_stop`).
     """
     http.check_url(config.url)  # fail once here, not once per client process
     shards = _plan(config)
     if len(shards) == 1:
-        return asyncio.run(run_async(config, api_key=api_key))
+        return asyncio.run(_run_single(config, api_key, stop_on_signals))
     run_id = secrets.token_hex(4)
     # perf_counter is the system's monotonic clock: the shards' samples are on it too.
     began = time.perf_counter()
     sized = asyncio.run(_sizing(config, run_id, api_key=api_key))
     wall = datetime.datetime.now(datetime.timezone.utc)
-    results = _run_sharded(config, shards, run_id, sized.sizing, api_key)
+    results = _run_sharded(config, shards, run_id, sized.sizing, api_key, stop_on_signals)
     return _report(config, run_id, wall, results, sized, began)
+
+
+async def _run_single(config: BenchConfig, api_key: str | None, stop_on_signals: bool) -> BenchReport:
+    stop = early_stop.Stop()
+    with early_stop.on_signals(stop) if stop_on_signals else contextlib.nullcontext():
+        return await run_async(config, api_key=api_key, stop=stop)
 
 
 def _report(
@@ -449,6 +438,7 @@ def _report(
                 examples.append(s.error)
     done = [s for s in samples if s.success]
     aborted = next((r.aborted for r in results if r.aborted), None)
+    stopped_by = next((r.stopped_by for r in results if r.stopped_by), None)
     # The first token the server ever sent in this run, sizing probes included: on a server that
     # just became healthy that is its first token served (time to serving ends there).
     probe_first = _first_token_at(sized.probes)
@@ -464,6 +454,7 @@ def _report(
         failures=failures,
         errors=examples,
         aborted=aborted,
+        stopped_early=f"stopped by {stopped_by} after {duration:.1f} s of measuring" if stopped_by else None,
         ttfts_ms=[(s.ttft or 0.0) * 1000 for s in done],
         tpots_ms=[tpot * 1000 for s in done if (tpot := s.tpot) is not None],
         e2els_ms=[(s.latency or 0.0) * 1000 for s in done],

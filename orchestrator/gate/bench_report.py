@@ -35,6 +35,11 @@ class BenchReport(metrics.Metrics):
     aborted: str | None = pydantic.Field(
         default=None, description="Why nothing was measured (every warm-up request failed to connect)."
     )
+    stopped_early: str | None = pydantic.Field(
+        default=None,
+        description="Why no more requests were sent before `requests` or `duration` were reached: the signal "
+        "(SIGINT, SIGTERM) and the seconds measured until then. The requests in flight were let finish.",
+    )
     first_token_s: float | None = pydantic.Field(
         default=None,
         description="Seconds from the run's start, warm-up included, to the first output token any request "
@@ -175,6 +180,8 @@ def format_table(report: BenchReport) -> str:
         lines.append(f"{'Prompt length:':<44} inconclusive: {problem}")
     if report.aborted:
         lines.append(f"{'Aborted:':<44} {report.aborted}")
+    if report.stopped_early:
+        lines.append(f"{'Stopped early:':<44} {report.stopped_early}")
     lines.append("=" * 60)
     return "\n".join(lines)
 
@@ -227,6 +234,8 @@ def render_html(report: BenchReport) -> str:
     ]
     if report.aborted:
         facts.append(("aborted", report.aborted))
+    if report.stopped_early:
+        facts.append(("stopped early", report.stopped_early))
     fact_rows = "".join(f"<tr><th>{e(k)}</th><td>{e(v)}</td></tr>" for k, v in facts)
     loop = "closed loop" if cfg.request_rate is None else f"{cfg.request_rate:g} req/s, burstiness {cfg.burstiness:g}"
     return (
