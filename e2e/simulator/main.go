@@ -294,13 +294,18 @@ func run(ctx context.Context, cfg config) error {
 		return err
 	case <-ctx.Done():
 	}
-	shutdownCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	// The handlers see ctx cancelled and return at once; a short grace lets them end their responses.
+	// Not longer: Shutdown counts a connection that never sent a request (a port-forward's, held
+	// open) as busy for 5 s, which every test that stops a simulator would wait out.
+	shutdownCtx, cancel := context.WithTimeout(context.Background(), shutdownGrace)
 	defer cancel()
 	if err := srv.Shutdown(shutdownCtx); err != nil {
 		return srv.Close()
 	}
 	return nil
 }
+
+const shutdownGrace = 300 * time.Millisecond
 
 type server struct {
 	cfg       config

@@ -886,3 +886,38 @@ func TestAPIKeyFlag(t *testing.T) {
 		t.Fatal("--api-key with --engine tgi was accepted")
 	}
 }
+
+// A connection that never sends a request (a port-forward's, held open) must not hold up the exit:
+// every e2e test stops its simulators, and Shutdown alone waits 5 s for such a connection.
+func TestStopIsPromptWithAnIdleConnectionOpen(t *testing.T) {
+	cfg := config{host: "127.0.0.1", port: freePort(t), model: "m", ttft: time.Millisecond, itl: time.Millisecond, maxNumSeqs: 4}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- run(ctx, cfg) }()
+	addr := net.JoinHostPort(cfg.host, fmt.Sprint(cfg.port))
+	var conn net.Conn
+	var err error
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if conn, err = net.Dial("tcp", addr); err == nil || time.Now().After(deadline) {
+			break
+		}
+	}
+	if err != nil {
+		t.Fatalf("the simulator never listened: %v", err)
+	}
+	defer conn.Close()
+	time.Sleep(50 * time.Millisecond) // the server has accepted it: StateNew
+	stopped := time.Now()
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("run: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("run did not return after its context was cancelled")
+	}
+	if took := time.Since(stopped); took > 3*time.Second {
+		t.Fatalf("stopping took %v with an idle connection open; want well under Shutdown's 5 s", took)
+	}
+}
