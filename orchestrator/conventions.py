@@ -52,6 +52,10 @@ PROMETHEUS_RULE_KIND = "PrometheusRule"
 TRACK_LABEL = "deployctl.dev/track"
 # The Prometheus Operator's kinds: what profile monitoring renders beside the workload.
 MONITORING_KINDS = (POD_MONITOR_KIND, PROMETHEUS_RULE_KIND)
+# The Gateway API route to the release's Service (rollout.canary.traffic httpRoute); its CRD is optional too.
+HTTP_ROUTE_KIND = "HTTPRoute"
+# The release kinds whose CRD a cluster may lack, which only some profiles render.
+OPTIONAL_KINDS = (*GROUP_KINDS, *MONITORING_KINDS, HTTP_ROUTE_KIND)
 # What the Prometheus Operator's CRDs accept as a duration (monitoring.coreos.com/v1 Duration):
 # units from y to ms, largest first. The profile checks it and the chart's schema carries it.
 PROMETHEUS_DURATION = r"^(0|(([0-9]+)y)?(([0-9]+)w)?(([0-9]+)d)?(([0-9]+)h)?(([0-9]+)m)?(([0-9]+)s)?(([0-9]+)ms)?)$"

@@ -116,6 +116,37 @@ def test_a_canary_needs_its_own_copies_so_a_leaderworkerset_is_refused() -> None
     assert "rollout.canary" in message and "groupEngine kuberay" in message, message
 
 
+ROUTED = (
+    STEPS
+    + """  traffic: httpRoute
+  httpRoute:
+    parentRefs: [{name: inference-gw}]
+"""
+)
+
+
+def test_a_release_name_too_long_for_the_weighed_services_is_refused_naming_it() -> None:
+    doc = yaml.safe_load(with_rollout(ROUTED))
+    doc["metadata"]["name"] = "a" * 57  # a-...-stable would be 64 characters
+    message = refusal(yaml.safe_dump(doc))
+    assert "metadata.name" in message and "at most 56 characters" in message, message
+    doc["metadata"]["name"] = "a" * 56
+    assert profile.loads(yaml.safe_dump(doc), "canary.yaml").rollout.canary is not None
+
+
+@pytest.mark.parametrize(
+    ("route", "field"),
+    [
+        ("{parentRefs: [{name: Inference_GW}]}", "parentRefs.0.name"),
+        ("{parentRefs: [{name: gw, namespace: Gateways}]}", "parentRefs.0.namespace"),
+        ("{parentRefs: [{name: gw}], hostnames: ['llm.example/v1']}", "hostnames.0"),
+    ],
+)
+def test_a_route_the_gateway_api_would_refuse_is_refused_at_validation(route: str, field: str) -> None:
+    text = with_rollout(STEPS + f"  traffic: httpRoute\n  httpRoute: {route}\n")
+    assert f"rollout.canary.httpRoute.{field}" in refusal(text)
+
+
 def test_validate_exits_2_with_one_paragraph_and_no_traceback(tmp_path: pathlib.Path) -> None:
     path = tmp_path / "canary.yaml"
     path.write_text(with_rollout("replicas: 3\ncanary:\n  steps: [{copies: 2}, {copies: 1}]\n"))

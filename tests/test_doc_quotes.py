@@ -114,9 +114,9 @@ def test_the_fresh_build_table_times_every_binary_build_sh_builds() -> None:
     script = (ROOT / "e2e" / "cluster" / "build.sh").read_text()
     streams = re.findall(r'^STREAM_[A-Z]+="([^"]*)"$', script, re.MULTILINE)
     assert len(streams) == 2, "build.sh builds everything in two streams"
-    # prometheus-crds only downloads a module: build.sh prints no time for it; the prometheus tool
-    # builds promtool.
-    named = {"sim": ["vllm-sim"], "prometheus-crds": [], "prometheus": ["promtool"]}
+    # prometheus-crds and gateway-api-crds only download a module: build.sh prints no time for them;
+    # the prometheus tool builds promtool.
+    named = {"sim": ["vllm-sim"], "prometheus-crds": [], "gateway-api-crds": [], "prometheus": ["promtool"]}
     tools = {binary for t in " ".join(streams).split() for binary in named.get(t, [t])}
     assert set(_build_table()) == tools
 

@@ -25,12 +25,12 @@ _CORE = (
 def test_the_release_kinds_and_their_orders_are_what_applyset_and_uninstall_wrote_out() -> None:
     assert applyset.MANAGED_KINDS == (
         "Deployment", "Service", "ServiceAccount", "PodDisruptionBudget", "NetworkPolicy",
-        "RayCluster", "LeaderWorkerSet", "PodMonitor", "PrometheusRule",
+        "RayCluster", "LeaderWorkerSet", "PodMonitor", "PrometheusRule", "HTTPRoute",
     )  # fmt: skip
-    assert applyset.OPTIONAL_KINDS == ("RayCluster", "LeaderWorkerSet", "PodMonitor", "PrometheusRule")
-    assert uninstall.DELETE_ORDER == (
-        "PrometheusRule", "PodMonitor", "LeaderWorkerSet", "RayCluster", "Deployment", "PodDisruptionBudget", "Service",
-        "NetworkPolicy", "ServiceAccount",
+    assert applyset.OPTIONAL_KINDS == ("RayCluster", "LeaderWorkerSet", "PodMonitor", "PrometheusRule", "HTTPRoute")
+    assert uninstall.DELETE_ORDER == (  # the route first: a Gateway stops sending before the Service goes
+        "HTTPRoute", "PrometheusRule", "PodMonitor", "LeaderWorkerSet", "RayCluster", "Deployment",
+        "PodDisruptionBudget", "Service", "NetworkPolicy", "ServiceAccount",
     )  # fmt: skip
 
 
@@ -59,6 +59,10 @@ def test_the_access_apply_checks_is_the_list_it_wrote_out() -> None:
         ],
         "PrometheusRule": [
             (verb, "monitoring.coreos.com", "prometheusrules", "") for verb in ("get", "list", "patch", "delete")
+        ],
+        "HTTPRoute": [
+            *[(verb, "gateway.networking.k8s.io", "httproutes", "") for verb in ("get", "list", "patch", "delete")],
+            ("list", "discovery.k8s.io", "endpointslices", ""),
         ],
     } == applyset.GROUP_ACCESS
 
@@ -114,7 +118,8 @@ def test_the_rendered_role_grants_exactly_the_resources_the_table_derives() -> N
     support = {(kinds.ref_of(k).group, kinds.ref_of(k).plural) for k in ("ConfigMap", "Lease", "Namespace")}
     watched = {(kinds.ref_of(k).group, kinds.ref_of(k).plural) for k in ("ReplicaSet", "Pod", "Event")}
     pods = {("", f"pods/{sub}") for sub in ("log", "portforward")}
-    assert granted == release | support | watched | pods
+    endpoints = {("discovery.k8s.io", "endpointslices")}  # a canary weighed on an HTTPRoute waits for them
+    assert granted == release | support | watched | pods | endpoints
 
 
 def test_the_rendered_role_grants_every_access_apply_and_uninstall_check() -> None:

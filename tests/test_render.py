@@ -125,11 +125,14 @@ def test_every_profile_renders_namespaced_labelled_objects_in_apply_order(path: 
         *runs,
         "PodMonitor",
         "PrometheusRule",
+        "HTTPRoute",
     ]
+    canary = prof.rollout.canary
     optional = {
         "NetworkPolicy": prof.airgap.denyEgress,
         "PodMonitor": prof.monitoring.podMonitor.enabled,
         "PrometheusRule": prof.monitoring.alerts.enabled,
+        "HTTPRoute": canary is not None and canary.traffic == "httpRoute",
     }
     assert kinds == [k for k in expected if optional.get(k, True)]
     for obj in objects:

@@ -58,6 +58,8 @@ FLUX_MODULES = (
 PROMETHEUS_MODULE = ("prometheus-operator", "github.com/prometheus-operator/prometheus-operator")
 POD_MONITOR_CRD = "example/prometheus-operator-crd/monitoring.coreos.com_podmonitors.yaml"
 PROMETHEUS_RULE_CRD = "example/prometheus-operator-crd/monitoring.coreos.com_prometheusrules.yaml"
+GATEWAY_API_MODULE = ("gateway-api", "sigs.k8s.io/gateway-api")
+HTTP_ROUTE_CRD = "config/crd/standard/gateway.networking.k8s.io_httproutes.yaml"
 OUR_STAGES = components.HERE / "sim-stages.yaml"
 NODES = components.HERE / "nodes.yaml"
 # The kinds applied here, and where they live in the API (all cluster-scoped).
@@ -140,6 +142,12 @@ def pod_monitor_crd() -> dict[str, Any]:
 def prometheus_rule_crd() -> dict[str, Any]:
     """The PrometheusRule CRD of the same Prometheus Operator release."""
     (crd,) = _load_yaml(_module_dir(*PROMETHEUS_MODULE) / PROMETHEUS_RULE_CRD)
+    return crd
+
+
+def http_route_crd() -> dict[str, Any]:
+    """The HTTPRoute CRD of the Gateway API release tools/gateway-api pins (its standard channel)."""
+    (crd,) = _load_yaml(_module_dir(*GATEWAY_API_MODULE) / HTTP_ROUTE_CRD)
     return crd
 
 

@@ -66,6 +66,8 @@ build_tool() {
       build "$TOOLS/prometheus" github.com/prometheus/prometheus/cmd/prometheus prometheus ;;
     # No binary: the module's CRD files, which the PodMonitor tests apply, into the module cache.
     prometheus-crds) (cd "$TOOLS/prometheus-operator" && go mod download github.com/prometheus-operator/prometheus-operator) ;;
+    # No binary either: the Gateway API's CRD files (HTTPRoute), for the canary weighed on a route.
+    gateway-api-crds) (cd "$TOOLS/gateway-api" && go mod download sigs.k8s.io/gateway-api) ;;
     *) echo "build.sh: unknown tool '$1'" >&2; exit 2 ;;
   esac
 }
@@ -81,7 +83,7 @@ fi
 # other (docs/testing.md, "A fresh clone's first build"). Go's module and build caches are safe to
 # share between concurrent builds. The Kubernetes binaries stay in one stream: the later ones reuse
 # what kube-apiserver compiled.
-STREAM_KUBERNETES="sim etcd kube-apiserver kube-controller-manager kube-scheduler kubectl prometheus-crds prometheus"
+STREAM_KUBERNETES="sim etcd kube-apiserver kube-controller-manager kube-scheduler kubectl prometheus-crds gateway-api-crds prometheus"
 STREAM_OTHERS="kwok helm ray-operator source-controller kustomize-controller"
 # shellcheck disable=SC2086 # the lists split into tool names on purpose
 build_each $STREAM_KUBERNETES &

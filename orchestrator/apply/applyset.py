@@ -32,12 +32,17 @@ GROUP_KINDS = conventions.GROUP_KINDS
 OPTIONAL_KINDS = kinds.OPTIONAL_KINDS
 MANAGED_KINDS = kinds.RELEASE_KINDS
 APPLY_ORDER = kinds.APPLY_ORDER
-# What a release's group objects (and its PodMonitor and PrometheusRule) need beyond REQUIRED_ACCESS, by
-# kind: asked only of a profile that renders them, so a single-node release never needs KubeRay's or
-# LWS's permissions.
+# What a release's group objects (and its PodMonitor, PrometheusRule and HTTPRoute) need beyond
+# REQUIRED_ACCESS, by kind: asked only of a profile that renders them, so a single-node release never
+# needs KubeRay's or LWS's permissions.
 GROUP_ACCESS: dict[str, list[kinds.Access]] = {
     **{kind: kinds.access([kind], ("get", "list", "watch", "patch", "delete")) for kind in GROUP_KINDS},
     **{kind: kinds.access([kind], ("get", "list", "patch", "delete")) for kind in conventions.MONITORING_KINDS},
+    # A canary weighed on the route waits for its two Services' endpoints before pointing the route at them.
+    conventions.HTTP_ROUTE_KIND: [
+        *kinds.access([conventions.HTTP_ROUTE_KIND], ("get", "list", "patch", "delete")),
+        *kinds.access(["EndpointSlice"], ("list",)),
+    ],
 }
 
 # What apply, gate and rollback do in the release's namespace: (verb, group, resource, subresource).
@@ -60,14 +65,14 @@ def check_access(
     namespace: str,
     group_kind: str | None = None,
     *,
-    monitoring: Collection[str] = (),
+    extras: Collection[str] = (),
     warmup: bool = False,
 ) -> None:
     """Refuse before any write when the identity lacks a permission the sequence will need
-    (``group_kind``: the group object the release renders, ``monitoring``: the Prometheus Operator kinds it renders,
-    ``warmup``: it runs warm-up pods; their permissions are asked too)."""
+    (``group_kind``: the group object the release renders, ``extras``: the Prometheus Operator and
+    Gateway API kinds it renders, ``warmup``: it runs warm-up pods; their permissions are asked too)."""
     required = REQUIRED_ACCESS + (GROUP_ACCESS[group_kind] if group_kind else [])
-    required += [access for kind in monitoring for access in GROUP_ACCESS[kind]]
+    required += [access for kind in extras for access in GROUP_ACCESS[kind]]
     required += WARMUP_ACCESS if warmup else []
     missing = missing_access(kube, namespace, required)
     if missing:

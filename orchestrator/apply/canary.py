@@ -23,7 +23,16 @@ from typing import Any
 import yaml
 
 from orchestrator import conventions, errors
-from orchestrator.apply import canary_control, pod_metrics, prom_metrics, rollout, sequence, verify, watching
+from orchestrator.apply import (
+    canary_control,
+    canary_route,
+    pod_metrics,
+    prom_metrics,
+    rollout,
+    sequence,
+    verify,
+    watching,
+)
 from orchestrator.apply.lock import ReleaseLock
 from orchestrator.apply.outcome import Failure, Outcome, Timings
 from orchestrator.engines import metric_table
@@ -39,10 +48,7 @@ STAGE = "canary"
 FAILED = "canary_failed"  # the failure class of a step whose live traffic judged the canary worse
 ABORTED = "canary_aborted"  # `deployctl rollout abort`
 # What this deployctl does not run yet, said before any write (exit 5) instead of ignored.
-_NOT_RUN = {
-    "multi_node": "a canary of copies that span nodes (one RayCluster per step)",
-    "httpRoute": "rollout.canary.traffic httpRoute",
-}
+_NOT_RUN = {"multi_node": "a canary of copies that span nodes (one RayCluster per step)"}
 Sleep = Callable[[float], None]
 
 
@@ -51,17 +57,12 @@ def not_run(profile: Profile) -> str | None:
     spec = profile.rollout.canary
     if spec is None:
         return None
-    missing = [
-        what
-        for key, what in _NOT_RUN.items()
-        if (key == "multi_node" and profile.multi_node) or (key == "httpRoute" and spec.traffic == "httpRoute")
-    ]
-    if not missing:
+    if not profile.multi_node:
         return None
     return (
-        f"this deployctl does not run {' or '.join(missing)} yet, and deploying every copy at once would ignore "
-        "what the profile asks. Nothing was written. Use traffic service on a "
-        "single-pod-per-copy release, or remove rollout.canary"
+        f"this deployctl does not run {_NOT_RUN['multi_node']} yet, and deploying every copy at once would ignore "
+        "what the profile asks. Nothing was written. Run the canary on a single-pod-per-copy release, or remove "
+        "rollout.canary"
     )
 
 
@@ -87,6 +88,7 @@ class Canary:
     report: verify.Reporter
     abort: verify.Abort
     stable_replicas: int  # the stable Deployment's copies before the canary: what `replace` gives back
+    route: canary_route.LiveRoute | None = None  # what the steps weigh (traffic httpRoute on a live route)
     sleep: Sleep = time.sleep
 
     @property
@@ -121,7 +123,25 @@ def of(
         why = "a first install has no stable copies" if live is None else "this update replaces no pod"
         report("apply", f"rollout.canary has nothing to run: {why}")
         return None
-    return Canary(kube, profile, objects, live, spec, mode, report, lock.lost_reason, _live_replicas(live, profile))
+    route = _live_route(profile, live, report) if profile.rollout.canary.traffic == "httpRoute" else None
+    replicas = _live_replicas(live, profile)
+    return Canary(kube, profile, objects, live, spec, mode, report, lock.lost_reason, replicas, route)
+
+
+def _live_route(profile: Profile, live: releases.Record, report: verify.Reporter) -> canary_route.LiveRoute | None:
+    """The live revision's route to weigh; None, said, when it has none or one that is not the release's own."""
+    try:
+        route = canary_route.live_route(live.manifests, profile.metadata.name, profile.metadata.namespace)
+    except errors.OutsideRelease as e:
+        report(
+            STAGE,
+            f"the live revision's HTTPRoute is never applied, so the Service spreads this canary's traffic: "
+            f"{e.message}",
+        )
+        return None
+    if route is None:
+        report(STAGE, "the live revision has no HTTPRoute yet: the Service spreads this canary's traffic")
+    return route
 
 
 def _live_replicas(live: releases.Record, profile: Profile) -> int:
@@ -176,6 +196,8 @@ def run(c: Canary, timings: Timings) -> Steps:
         raise
     if failure is None and (lost := c.abort()) is not None:  # the promotion must not run without the lock
         failure = Failure("lock_lost", lost, STAGE)
+    if failure is None and c.route is not None:  # one backend again before the promotion applies the new route
+        failure = _unweigh_passed(c)
     evidence["result"] = result if failure is None else "failed"
     if failure is None:
         c.report(STAGE, "the canary passed: promoting it to every copy")
@@ -226,6 +248,10 @@ def _step(
     if judged.failure is not None:
         entry["decision"] = "fail"
         return judged, judged.failure
+    if c.route is not None:
+        percent = canary_route.canary_percent(copies, replicas)
+        entry["weights"] = canary_route.weigh(c.kube, c.route, c.objects, c.name, c.namespace, percent, c.sleep)
+        c.report(STAGE, f"the HTTPRoute sends {percent}% of its requests to the canary")
     analysis, windows, decision = _judge(c, step, entry)
     entry.update(windows=windows, decision=decision, analysis=analysis.to_json())
     if (lost := c.abort()) is not None:  # a window cut short by a lost lock judges nothing
@@ -392,7 +418,7 @@ def _scale_stable(c: Canary, replicas: int) -> None:
 def _remove(c: Canary, *, wait: bool = True) -> list[str]:
     """Delete the canary and give the stable copies back what a replacing canary took (and, with
     ``wait``, wait until they are back); what is left to a person (empty when all went)."""
-    left = []
+    left = _unweigh(c, wait=wait) if c.route is not None else []
     kinds = ["Deployment"] + (["NetworkPolicy"] if canary_workload.network_policy(c.objects, c.name) else [])
     for kind in kinds:
         try:
@@ -412,6 +438,28 @@ def _remove(c: Canary, *, wait: bool = True) -> list[str]:
         except errors.DeployctlError as e:
             left.append(f"the stable copies could not be scaled back: {e.message}")
     return left
+
+
+def _unweigh(c: Canary, *, wait: bool) -> list[str]:
+    """Give the route back and, after the drain (with ``wait``), delete the two sides' Services; what is left."""
+    assert c.route is not None
+    if (problem := canary_route.give_back(c.kube, c.route)) is not None:
+        return [problem]  # the Services stay while the route may still send to them
+    if wait:
+        c.sleep(canary_route.DRAIN_S)
+    return canary_route.delete_sides(c.kube, c.name, c.namespace)
+
+
+def _unweigh_passed(c: Canary) -> Failure | None:
+    """After the last step passed: the route back (or the failure that stops the promotion); Services
+    left over are said, and the promotion's prune removes them."""
+    assert c.route is not None
+    if (problem := canary_route.give_back(c.kube, c.route)) is not None:
+        return Failure("cluster_error", problem, STAGE)
+    c.sleep(canary_route.DRAIN_S)
+    for leftover in canary_route.delete_sides(c.kube, c.name, c.namespace):
+        c.report(STAGE, f"warning: {leftover}")
+    return None
 
 
 def failed(c: Canary, steps: Steps, draft: writer.Draft, description: str, timings: Timings) -> Outcome:

@@ -50,10 +50,10 @@ def run(
     name, namespace = profile.metadata.name, profile.metadata.namespace
     user = kube.whoami()
     group_kind = check_group_engine(kube, profile)
-    monitoring = monitoring_kinds(profile)
-    check_monitoring(kube, profile, monitoring)
+    extras = extra_kinds(profile)
+    check_extra_kinds(kube, profile, extras)
     warmup = profile.rollout.warmup is not None and profile.rollout.warmup.enabled
-    applyset.check_access(kube, namespace, group_kind, monitoring=monitoring, warmup=warmup)
+    applyset.check_access(kube, namespace, group_kind, extras=extras, warmup=warmup)
     check_api_key_secret(kube, profile)
     # Read before the lock's Lease is written: a record this deployctl cannot read (a newer
     # format, an edit, signatures without a key to check them) refuses the apply with nothing
@@ -73,8 +73,12 @@ def run(
         mode = verdict.canary_mode
         report("preflight", f"canary: {CANARY_PLACES[mode]} ({_CANARY_WHY[mode]})")
     with_strategy(objects, verdict.strategy)
-    # The canary's Deployment too, which only the canary's steps write (orchestrator.apply.canary).
+    # The canary's Deployment too, which only the canary's steps write (orchestrator.apply.canary), and the
+    # two Services a canary weighed on the route writes: another's object under their names is a takeover.
     canary = render_canary.workloads(objects, name, 1) if verdict.canary_mode and not profile.multi_node else []
+    service = render_canary.service_of(objects, name)
+    if canary and service is not None and profile.rollout.canary and profile.rollout.canary.traffic == "httpRoute":
+        canary += render_canary.side_services(service, name, "", render_canary.service_port(service))
     found, adopted = confine.before_writing(name, namespace, objects + canary, kube.get, "the rendered profile", adopt)
     if adopted:
         report("preflight", f"adopting {', '.join(e.describe() for e in adopted)} (--adopt)")
@@ -178,36 +182,47 @@ def check_api_key_secret(kube: Kube, profile: Profile) -> None:
         raise errors.RolloutFailed(f"{e.message}. Nothing was changed") from None
 
 
-def monitoring_kinds(profile: Profile) -> list[str]:
-    """The Prometheus Operator kinds the profile renders: a PodMonitor, and a PrometheusRule with alerts."""
+def extra_kinds(profile: Profile) -> list[str]:
+    """The optional CRD kinds the profile renders beside its workload: a PodMonitor, a PrometheusRule with
+    alerts, an HTTPRoute with a canary weighed on one."""
+    canary = profile.rollout.canary
     fields = {
         conventions.POD_MONITOR_KIND: profile.monitoring.podMonitor.enabled,
         conventions.PROMETHEUS_RULE_KIND: profile.monitoring.alerts.enabled,
+        conventions.HTTP_ROUTE_KIND: canary is not None and canary.traffic == "httpRoute",
     }
     return [kind for kind, enabled in fields.items() if enabled]
 
 
-_MONITORING_FIELDS = {
-    conventions.POD_MONITOR_KIND: ("monitoring.podMonitor.enabled", "scrape /metrics another way"),
+_OPERATOR = "monitoring.coreos.com/v1", "the Prometheus Operator's CRDs (kube-prometheus-stack has them)"
+# Per kind: the field that asks for it, what serves it and where its CRD comes from, and the other way.
+_EXTRA_FIELDS = {
+    conventions.POD_MONITOR_KIND: ("monitoring.podMonitor.enabled", *_OPERATOR, "scrape /metrics another way"),
     conventions.PROMETHEUS_RULE_KIND: (
         "monitoring.alerts.enabled",
+        *_OPERATOR,
         "load `deployctl render --format rules` another way",
+    ),
+    conventions.HTTP_ROUTE_KIND: (
+        "rollout.canary.traffic httpRoute",
+        "gateway.networking.k8s.io/v1",
+        "the Gateway API's standard CRDs",
+        "let the Service spread the canary's traffic (traffic service)",
     ),
 }
 
 
-def check_monitoring(kube: Kube, profile: Profile, monitoring: list[str]) -> None:
-    """Refuse before any write a profile whose PodMonitor or PrometheusRule the cluster cannot take:
-    without the Prometheus Operator's CRDs the apply would fail after the workload changed."""
-    for kind in monitoring:
-        field, otherwise = _MONITORING_FIELDS[kind]
+def check_extra_kinds(kube: Kube, profile: Profile, extras: list[str]) -> None:
+    """Refuse before any write a profile whose PodMonitor, PrometheusRule or HTTPRoute the cluster cannot
+    take: without the CRD the apply would fail after the workload changed."""
+    for kind in extras:
+        field, group_version, crds, otherwise = _EXTRA_FIELDS[kind]
         try:
             kube.list(kind, profile.metadata.namespace)
         except errors.NotFound:
             raise errors.RolloutFailed(
-                f"{profile.metadata.name} sets {field}, but this cluster does not serve {kind} "
-                "(monitoring.coreos.com/v1): install the Prometheus Operator's CRDs (kube-prometheus-stack has them), "
-                f"or set {field}: false and {otherwise}. Nothing was changed"
+                f"{profile.metadata.name} sets {field}, but this cluster does not serve {kind} ({group_version}): "
+                f"install {crds}, or drop {field} and {otherwise}. Nothing was changed"
             ) from None
         except errors.Forbidden:
             pass  # check_access names the missing permission

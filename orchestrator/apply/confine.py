@@ -31,6 +31,7 @@ from orchestrator.render import alerts
 
 Get = Callable[[str, str, str], Mapping[str, object] | None]  # (kind, name, namespace) -> object or None
 _SHOWN = 5  # objects named in one message; the rest are counted
+_GATEWAY_GROUP = "gateway.networking.k8s.io"
 
 
 def problems(release: str, namespace: str, objects: Sequence[Mapping[str, object]]) -> list[str]:
@@ -59,7 +60,41 @@ def problems(release: str, namespace: str, objects: Sequence[Mapping[str, object
             # Prometheus evaluates a rule across every namespace it scrapes, and routes its alerts by
             # their labels: only the rules deployctl writes for this release may be restored.
             found += [f"{what}: {p}" for p in alerts.problems(obj.get("spec"), namespace, release)]
+        elif kind == conventions.HTTP_ROUTE_KIND:
+            found += [f"{what}: {p}" for p in _route_problems(obj.get("spec"), release)]
     return found
+
+
+_ROUTE_KEYS = {"parentRefs", "hostnames", "rules"}
+_PARENT_KEYS = {"group", "kind", "name", "namespace", "sectionName"}
+_BACKEND_KEYS = {"name", "port"}
+
+
+def _route_problems(spec: object, release: str) -> list[str]:
+    """A route sends a Gateway's requests wherever it says, and a filter may mirror or redirect them: it
+    may hold only what the template renders, Gateways as parents and one backend, the release's Service
+    in its namespace. (A canary's weighted backends are deployctl's own writes, never restored.)"""
+    if not isinstance(spec, Mapping):
+        return ["its spec is not an object"]
+    found = [f"spec.{key} is not what deployctl renders" for key in sorted(set(spec) - _ROUTE_KEYS)]
+    parents = spec.get("parentRefs", [])
+    for ref in parents if isinstance(parents, list) else [None]:
+        if not (isinstance(ref, Mapping) and set(ref) <= _PARENT_KEYS and _is_gateway(ref)):
+            found.append("a parent is not a Gateway as deployctl renders it")
+    rules = spec.get("rules")
+    for rule in rules if isinstance(rules, list) and rules else [None]:
+        backends = rule.get("backendRefs") if isinstance(rule, Mapping) and set(rule) == {"backendRefs"} else None
+        if not isinstance(backends, list) or len(backends) != 1:
+            found.append("a rule is not the one backend deployctl renders (no matches, filters or other backends)")
+            continue
+        (ref,) = backends
+        if not isinstance(ref, Mapping) or not set(ref) <= _BACKEND_KEYS or ref.get("name") != release:
+            found.append(f"its backend is not the release's Service {release} in its namespace")
+    return found
+
+
+def _is_gateway(ref: Mapping[str, object]) -> bool:
+    return ref.get("group") == _GATEWAY_GROUP and ref.get("kind") == "Gateway"
 
 
 def check(release: str, namespace: str, objects: Sequence[Mapping[str, object]], source: str) -> None:

@@ -54,6 +54,7 @@ KINDS: dict[str, Ref] = {
     "ReplicaSet": Ref("apps/v1", "replicasets"),
     "PodDisruptionBudget": Ref("policy/v1", "poddisruptionbudgets"),
     "NetworkPolicy": Ref("networking.k8s.io/v1", "networkpolicies"),
+    "EndpointSlice": Ref("discovery.k8s.io/v1", "endpointslices"),  # read only: a canary's weighed Services
     "Lease": Ref("coordination.k8s.io/v1", "leases"),
     "Role": Ref("rbac.authorization.k8s.io/v1", "roles"),
     "RoleBinding": Ref("rbac.authorization.k8s.io/v1", "rolebindings"),
@@ -65,6 +66,8 @@ KINDS: dict[str, Ref] = {
     # Prometheus Operator scraping (profile monitoring.podMonitor); its CRD exists where the operator is installed.
     conventions.POD_MONITOR_KIND: Ref("monitoring.coreos.com/v1", "podmonitors"),
     conventions.PROMETHEUS_RULE_KIND: Ref("monitoring.coreos.com/v1", "prometheusrules"),  # monitoring.alerts
+    # Gateway API routing (rollout.canary.traffic httpRoute); its CRD exists where the Gateway API is installed.
+    conventions.HTTP_ROUTE_KIND: Ref("gateway.networking.k8s.io/v1", "httproutes"),
     # deployctl's own resource: a profile as an object, reconciled by `deployctl controller`.
     "InferenceProfile": Ref("deployctl.dev/v1", "inferenceprofiles"),
     # What InferenceProfiles may use, as the cluster admin says (orchestrator/policy/model.py).
@@ -76,10 +79,10 @@ KINDS: dict[str, Ref] = {
 # goes through them. A test holds it equal to what the templates render.
 RELEASE_KINDS: tuple[str, ...] = (
     "Deployment", "Service", "ServiceAccount", "PodDisruptionBudget", "NetworkPolicy",
-    *conventions.GROUP_KINDS, *conventions.MONITORING_KINDS,
+    *conventions.OPTIONAL_KINDS,
 )  # fmt: skip
 # Release kinds whose CRD a cluster may lack: a release that never rendered one has none to list.
-OPTIONAL_KINDS: tuple[str, ...] = (*conventions.GROUP_KINDS, *conventions.MONITORING_KINDS)
+OPTIONAL_KINDS: tuple[str, ...] = conventions.OPTIONAL_KINDS
 # The release kinds every profile renders.
 CORE_KINDS: tuple[str, ...] = tuple(k for k in RELEASE_KINDS if k not in OPTIONAL_KINDS)
 # The order render gives them, and apply follows: the NetworkPolicy before the first pod, the

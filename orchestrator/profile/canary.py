@@ -16,7 +16,7 @@ import math
 from typing import Annotated, Literal
 
 import pydantic
-from pydantic import Field
+from pydantic import Field, StringConstraints
 
 from orchestrator import conventions
 from orchestrator.profile import base as profile_base
@@ -30,6 +30,7 @@ DEFAULT_MAX_RATIO = {"p95_ttft_ms": 1.2, "p95_e2el_ms": 1.2, "error_rate": 2.0}
 # it: against a stable side with no error, one failed canary request in a hundred is no regression.
 ERROR_RATE_FLOOR = 0.01
 _STEPS = ("rollout", "canary", "steps")  # the release-wide checks run on the whole profile
+_SERVICE_NAME_MAX = 63  # a Service's name is a DNS label
 
 
 class Analysis(profile_base.Model):
@@ -95,17 +96,35 @@ class Metrics(profile_base.Model):
     )
 
 
+# The Gateway API's own patterns (gateway.networking.k8s.io/v1 ObjectName, SectionName, Namespace,
+# Hostname): a value the HTTPRoute CRD would refuse is refused here, before a canary's steps run.
+_DNS_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
+_DNS_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
+_HOSTNAME = r"^(\*\.)?[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
+
+
 class ParentRef(profile_base.Model):
-    name: str = Field(min_length=1, description="The Gateway's name.")
-    namespace: str | None = Field(default=None, description="The Gateway's namespace; unset: the release's.")
-    sectionName: str | None = Field(default=None, description="One listener of the Gateway; unset: all.")
+    name: str = Field(min_length=1, max_length=253, pattern=_DNS_SUBDOMAIN, description="The Gateway's name.")
+    namespace: str | None = Field(
+        default=None, max_length=63, pattern=_DNS_LABEL, description="The Gateway's namespace; unset: the release's."
+    )
+    sectionName: str | None = Field(
+        default=None,
+        max_length=253,
+        pattern=_DNS_SUBDOMAIN,
+        description="One listener of the Gateway; unset: all.",
+    )
 
 
 class HTTPRouteSpec(profile_base.Model):
     parentRefs: list[ParentRef] = Field(
-        default_factory=list, description="The Gateways the HTTPRoute attaches to (gateway.networking.k8s.io/v1)."
+        default_factory=list,
+        max_length=32,
+        description="The Gateways the HTTPRoute attaches to (gateway.networking.k8s.io/v1).",
     )
-    hostnames: list[str] = Field(default_factory=list, description="Host names the route answers; empty: any.")
+    hostnames: list[Annotated[str, StringConstraints(min_length=1, max_length=253, pattern=_HOSTNAME)]] = Field(
+        default_factory=list, max_length=16, description="Host names the route answers; empty: any."
+    )
 
 
 class CanarySpec(profile_base.Model):
@@ -171,6 +190,18 @@ class CanarySpec(profile_base.Model):
         if conventions.prometheus_seconds(self.metrics.interval) <= 0:
             raise profile_base.field_error(("metrics", "interval"), "the metrics interval must be above 0")
         return self
+
+    def check_route_names(self, release: str) -> None:
+        """Refuse a weighed route whose side Services' names (`<release>-stable`, `<release>-canary`)
+        would pass the 63 characters a Service name may have: found only once a step ran, otherwise."""
+        longest = len(release) + len("-stable")
+        if self.traffic == "httpRoute" and longest > _SERVICE_NAME_MAX:
+            raise profile_base.field_error(
+                ("metadata", "name"),
+                f"with rollout.canary.traffic httpRoute the canary weighs the Services {release}-stable and "
+                f"{release}-canary, {longest} characters where a Service name may have {_SERVICE_NAME_MAX}: "
+                f"shorten the release's name to at most {_SERVICE_NAME_MAX - len('-stable')} characters",
+            )
 
     def check_release(self, replicas: int, group_engine: str | None, pod_monitor: PodMonitorSpec) -> None:
         """Refuse a canary the release cannot run: a LeaderWorkerSet (one object holds every copy), the

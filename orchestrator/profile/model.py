@@ -262,6 +262,7 @@ class Profile(_Model):
         if self.rollout.canary is not None:
             group_engine = self.placement.groupEngine if self.multi_node else None
             self.rollout.canary.check_release(self.rollout.replicas, group_engine, self.monitoring.podMonitor)
+            self.rollout.canary.check_route_names(self.metadata.name)
         return self
 
     _base_dir: pathlib.Path = PrivateAttr(default_factory=pathlib.Path.cwd)

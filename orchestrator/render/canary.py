@@ -7,6 +7,12 @@ to ``canary`` on itself, its selector and its pods; it keeps the release label, 
 Service spreads requests over both sides, and the PodMonitor labels each series with its side.
 The stable Deployment's selector matches the canary's pods too, which Kubernetes allows: each
 ReplicaSet belongs to its Deployment by owner reference, never by labels alone.
+
+With ``rollout.canary.traffic: httpRoute`` the release's HTTPRoute weighs two Services while a step
+runs: `<release>-stable`, the release's Service narrowed to the live ReplicaSet's pods by their
+``pod-template-hash`` (the stable pods carry no label of their own, so nothing restarts) on the live
+revision's port, and `<release>-canary`, narrowed to the canary track. After the steps the route goes back to the one
+backend the release renders, and the two Services are deleted.
 """
 
 from __future__ import annotations
@@ -20,6 +26,8 @@ from orchestrator import conventions
 CANARY = "canary"
 STABLE = "stable"
 _SUFFIX = "-canary"
+_STABLE_SUFFIX = "-stable"
+POD_TEMPLATE_HASH = "pod-template-hash"  # the label the Deployment controller gives each ReplicaSet's pods
 
 
 def workload_name(release: str) -> str:
@@ -64,3 +72,55 @@ def workloads(objects: Sequence[dict[str, Any]], release: str, copies: int) -> l
     """What the canary writes, in apply order: its NetworkPolicy (when the release has one), then its Deployment."""
     policy = network_policy(objects, release)
     return [*([policy] if policy else []), deployment(objects, release, copies)]
+
+
+def side_services(service: dict[str, Any], release: str, stable_hash: str, stable_port: int) -> list[dict[str, Any]]:
+    """The Services a weighted route sends to, both made from the new revision's ``service``: the stable
+    side narrowed to the pods of the ReplicaSet whose pod-template-hash is ``stable_hash``, on the live
+    revision's ``stable_port``, and the canary's side narrowed to the canary track."""
+    stable_name, canary_name = side_service_names(release)
+    stable, canary = copy.deepcopy(service), copy.deepcopy(service)
+    stable["metadata"]["name"], canary["metadata"]["name"] = stable_name, canary_name
+    stable["spec"]["selector"] = {**service["spec"]["selector"], POD_TEMPLATE_HASH: stable_hash}
+    stable["spec"]["ports"][0]["port"] = stable_port
+    canary["spec"]["selector"] = {**service["spec"]["selector"], conventions.TRACK_LABEL: CANARY}
+    return [stable, canary]
+
+
+def side_service_names(release: str) -> tuple[str, str]:
+    """The stable and canary Services' names, as side_services names them."""
+    return release + _STABLE_SUFFIX, workload_name(release)
+
+
+def weighted_route(route: dict[str, Any], release: str, ports: tuple[int, int], canary_percent: int) -> dict[str, Any]:
+    """``route`` (the release's HTTPRoute) with each rule's backends the two sides, on their ``ports``
+    (stable, canary), ``canary_percent`` of the requests to the canary's Service and the rest to the stable one."""
+    weighted = copy.deepcopy(route)
+    stable, canary = side_service_names(release)
+    backends = [
+        {"name": stable, "port": ports[0], "weight": 100 - canary_percent},
+        {"name": canary, "port": ports[1], "weight": canary_percent},
+    ]
+    for rule in weighted["spec"]["rules"]:
+        rule["backendRefs"] = copy.deepcopy(backends)
+    return weighted
+
+
+def route_of(objects: Sequence[dict[str, Any]], release: str) -> dict[str, Any] | None:
+    """The release's HTTPRoute among ``objects``, or None when they have none."""
+    return _one(objects, conventions.HTTP_ROUTE_KIND, release)
+
+
+def service_of(objects: Sequence[dict[str, Any]], release: str) -> dict[str, Any] | None:
+    """The release's Service among ``objects``, or None when they have none."""
+    return _one(objects, "Service", release)
+
+
+def service_port(service: dict[str, Any]) -> int:
+    """The port a route reaches ``service`` on: its one port, the engine's."""
+    return int(service["spec"]["ports"][0]["port"])
+
+
+def _one(objects: Sequence[dict[str, Any]], kind: str, name: str) -> dict[str, Any] | None:
+    found = [o for o in objects if o.get("kind") == kind and o["metadata"]["name"] == name]
+    return copy.deepcopy(found[0]) if found else None

@@ -203,6 +203,22 @@ class PrometheusRuleValues(_Values):
     )
 
 
+class ParentRefValues(_Values):
+    name: str = Field(description="The Gateway's name.")
+    namespace: str = Field(default="", description="The Gateway's namespace; empty: the release's.")
+    sectionName: str = Field(default="", description="One listener of the Gateway; empty: all of them.")
+
+
+class HTTPRouteValues(_Values):
+    enabled: bool = Field(
+        default=False,
+        description="Render a Gateway API HTTPRoute (gateway.networking.k8s.io/v1) to the release's Service; a "
+        "canary (rollout.canary.traffic httpRoute) weighs the two sides on it while it runs.",
+    )
+    parentRefs: list[ParentRefValues] = Field(default_factory=list, description="The Gateways the route attaches to.")
+    hostnames: list[str] = Field(default_factory=list, description="Host names the route answers; empty: any.")
+
+
 class DashboardValues(_Values):
     enabled: bool = Field(
         default=False,
@@ -313,3 +329,6 @@ class Values(_Values):
         default_factory=PrometheusRuleValues, description="A Prometheus Operator PrometheusRule: the release's alerts."
     )
     dashboard: DashboardValues = Field(default_factory=DashboardValues, description="The release's Grafana dashboard.")
+    httpRoute: HTTPRouteValues = Field(
+        default_factory=HTTPRouteValues, description="A Gateway API HTTPRoute to the release's Service."
+    )

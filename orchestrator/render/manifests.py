@@ -53,6 +53,7 @@ _RBAC_TEMPLATE = "rbac/deployctl.yaml.j2"
 # Last: it only tells Prometheus where the pods are (profile monitoring.podMonitor).
 _PODMONITOR_TEMPLATE = "podmonitor.yaml.j2"
 _PROMETHEUSRULE_TEMPLATE = "prometheusrule.yaml.j2"  # profile monitoring.alerts
+_HTTPROUTE_TEMPLATE = "httproute.yaml.j2"  # rollout.canary.traffic httpRoute
 
 
 # --- templates -------------------------------------------------------------------------------------
@@ -102,6 +103,8 @@ def render(
         objects.extend(_render_template(_PODMONITOR_TEMPLATE, context))
     if values["prometheusRule"]["enabled"]:
         objects.extend(_render_template(_PROMETHEUSRULE_TEMPLATE, context))
+    if values["httpRoute"]["enabled"]:  # after the Service it routes to
+        objects.extend(_render_template(_HTTPROUTE_TEMPLATE, context))
     if plan.verdict != "fits":
         for obj in objects:
             obj["metadata"].setdefault("annotations", {})[conventions.FIT_VERDICT_ANNOTATION] = _verdict_text(plan)
@@ -142,7 +145,7 @@ def rbac(
     profile). ``warmup``:
     the profile runs a warm-up (rollout.warmup), which creates and deletes pods; None: as for any profile.
     """
-    some = {*conventions.GROUP_KINDS, *conventions.MONITORING_KINDS}  # the kinds only some profiles render
+    some = set(conventions.OPTIONAL_KINDS)  # the kinds only some profiles render
     optional = some if kinds is None else set(kinds) & some
     values = {
         "namespace": namespace,

@@ -109,8 +109,24 @@ def values(profile: profiles.Profile, plan: planner.Plan, strategy: Mapping[str,
         ),
         prometheusRule=_prometheus_rule(profile, plan),
         dashboard=_dashboard(profile),
+        httpRoute=_http_route(profile),
     )
     return _with_copies(values, profile)
+
+
+def _http_route(profile: profiles.Profile) -> chart_values.HTTPRouteValues:
+    canary = profile.rollout.canary
+    if canary is None or canary.traffic != "httpRoute":
+        return chart_values.HTTPRouteValues()
+    route = canary.httpRoute
+    return chart_values.HTTPRouteValues(
+        enabled=True,
+        parentRefs=[
+            chart_values.ParentRefValues(name=r.name, namespace=r.namespace or "", sectionName=r.sectionName or "")
+            for r in route.parentRefs
+        ],
+        hostnames=list(route.hostnames),
+    )
 
 
 def _prometheus_rule(profile: profiles.Profile, plan: planner.Plan) -> chart_values.PrometheusRuleValues:
