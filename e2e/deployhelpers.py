@@ -18,10 +18,11 @@ import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import yaml
 
+T = TypeVar("T")
 DEPLOYCTL = str(Path(sys.executable).parent / "deployctl")
 IMAGE = "registry.internal/vllm/vllm-openai@sha256:" + "4f1c7b0d" * 8
 MODEL = "sim-model"
@@ -206,6 +207,18 @@ def create_models_volume(api: Any, namespace: str, timeout: float = 60) -> None:
     )
 
 
+def read_or_none(read: Callable[[], T]) -> T | None:
+    """What ``read`` (a kubernetes client read) returns, or None when the object is not there (404)."""
+    import kubernetes
+
+    try:
+        return read()
+    except kubernetes.client.ApiException as e:
+        if e.status == 404:
+            return None
+        raise
+
+
 @dataclass
 class ReleaseEnv:
     """One test's namespace for `deployctl apply`: a bound `models` claim, and pod port 8000
@@ -253,12 +266,8 @@ class ReleaseEnv:
     def deployment(self, name: str = "llm") -> Any:
         import kubernetes
 
-        try:
-            return kubernetes.client.AppsV1Api(self.api).read_namespaced_deployment(name, self.namespace)
-        except kubernetes.client.ApiException as e:
-            if e.status == 404:
-                return None
-            raise
+        apps = kubernetes.client.AppsV1Api(self.api)
+        return read_or_none(lambda: apps.read_namespaced_deployment(name, self.namespace))
 
 
 def wait_until(done: Callable[[], bool], timeout: float, what: str) -> None:

@@ -36,7 +36,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.hazmat.primitives.asymmetric.utils import decode_dss_signature
 from cryptography.x509.oid import NameOID
-from deployhelpers import Result, create_models_volume, deployctl, start_deployctl, write_profile
+from deployhelpers import Result, create_models_volume, deployctl, read_or_none, start_deployctl, write_profile
 
 LOCK_TTL = "5"  # seconds: a killed apply's lock can be taken over this soon
 RECORD_SELECTOR = "deployctl.dev/release-record=true"
@@ -75,12 +75,8 @@ class Env:
         return [(r["revision"], r["status"]) for r in result.json]
 
     def deployment(self, release: str = "llm") -> Any:
-        try:
-            return kubernetes.client.AppsV1Api(self.api).read_namespaced_deployment(release, self.namespace)
-        except kubernetes.client.ApiException as e:
-            if e.status == 404:
-                return None
-            raise
+        apps = kubernetes.client.AppsV1Api(self.api)
+        return read_or_none(lambda: apps.read_namespaced_deployment(release, self.namespace))
 
 
 @contextlib.contextmanager

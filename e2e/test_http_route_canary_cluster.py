@@ -25,6 +25,7 @@ from deployhelpers import (
     ReleaseEnv,
     Traffic,
     profile,
+    read_or_none,
     start_deployctl,
     wait_until,
     write_profile,
@@ -90,12 +91,7 @@ def _backends(route: dict[str, Any]) -> list[tuple[str, int, int]]:
 
 
 def _service(env: ReleaseEnv, name: str) -> Any:
-    try:
-        return kubernetes.client.CoreV1Api(env.api).read_namespaced_service(name, env.namespace)
-    except kubernetes.client.ApiException as e:
-        if e.status == 404:
-            return None
-        raise
+    return read_or_none(lambda: kubernetes.client.CoreV1Api(env.api).read_namespaced_service(name, env.namespace))
 
 
 def _watch_while(env: ReleaseEnv, doc: dict[str, Any], seen: Callable[[], None]) -> tuple[int, str]:
