@@ -1,20 +1,23 @@
-"""The canary's Deployment beside the stable one, and the canaries this deployctl refuses to run
-(before any write) rather than deploy every copy at once."""
+"""The canary's workload beside the stable copies: a Deployment, or for copies across nodes one
+RayCluster per canary copy; and the route's sides."""
 
 from __future__ import annotations
 
 import copy
+from pathlib import Path
 
 import pytest
+import yaml
 from test_canary_profile import with_rollout
 
-from orchestrator import conventions
-from orchestrator.apply import canary as canary_steps
+from orchestrator import conventions, errors
 from orchestrator.apply import canary_route
 from orchestrator.plan import planner
 from orchestrator.profile import model as profile
 from orchestrator.render import canary as canary_workload
 from orchestrator.render import manifests as render
+
+ROOT = Path(__file__).resolve().parents[1]
 
 CANARY = """
 replicas: 4
@@ -54,12 +57,59 @@ def test_a_release_without_its_deployment_has_no_canary() -> None:
         canary_workload.deployment([o for o in objects if o["kind"] != "Deployment"], prof.metadata.name, 1)
 
 
-def test_a_canary_of_copies_across_nodes_is_refused_naming_what() -> None:
-    prof = profile.loads(with_rollout(CANARY), "canary.yaml")
-    across = prof.model_copy(update={"placement": prof.placement.model_copy(update={"nodesPerCopy": 2})})
-    assert across.multi_node
-    refusal = canary_steps.not_run(across)
-    assert refusal is not None and "span nodes" in refusal and "Nothing was written" in refusal, refusal
+def across_nodes(rollout: dict[str, object]) -> tuple[profile.Profile, list[dict[str, object]]]:
+    """The 405B example (one RayCluster per copy of two nodes) with ``rollout``."""
+    doc = yaml.safe_load((ROOT / "profiles" / "llama31-405b-2node.yaml").read_text())
+    doc["rollout"] = {**doc["rollout"], **rollout}
+    prof = profile.loads(yaml.safe_dump(doc), "405b.yaml")
+    return prof, render.render(prof, planner.check(prof))
+
+
+def test_a_canary_of_copies_across_nodes_is_the_first_rayclusters_under_canary_names_and_track() -> None:
+    prof, objects = across_nodes({"replicas": 3, "canary": {"steps": [{"copies": 1}, {"copies": 2}]}})
+    name = prof.metadata.name
+    before = copy.deepcopy(objects)
+    groups = [o for o in objects if o["kind"] == "RayCluster"]
+    canaries = canary_workload.workloads(objects, name, 2)
+    assert objects == before, "deriving the canary changed the rendered release"
+    assert [o["kind"] for o in canaries] == ["NetworkPolicy", "RayCluster", "RayCluster"]  # denyEgress: a policy
+    for rendered_copy, canary in zip(groups[:2], canaries[1:], strict=True):
+        stem, index = rendered_copy["metadata"]["name"].rsplit("-", 1)
+        assert canary["metadata"]["name"] == f"{stem}-c{index}" == canary_workload.canary_copy_name(stem + "-" + index)
+        assert canary["metadata"]["labels"] == {
+            **rendered_copy["metadata"]["labels"],
+            conventions.TRACK_LABEL: "canary",
+        }
+        spec, rendered_spec = canary["spec"], rendered_copy["spec"]
+        templates = [spec["headGroupSpec"]["template"], spec["workerGroupSpecs"][0]["template"]]
+        for template, rendered_template in zip(
+            templates,
+            [rendered_spec["headGroupSpec"]["template"], rendered_spec["workerGroupSpecs"][0]["template"]],
+            strict=True,
+        ):
+            labels = template["metadata"]["labels"]
+            assert labels[conventions.COPY_LABEL] == canary["metadata"]["name"]
+            assert labels[conventions.TRACK_LABEL] == "canary"
+            assert labels[conventions.RELEASE_LABEL] == name  # the Service, the PodMonitor and prune find it
+            # One pod of the canary copy per node, and the copy on one fabric: the terms name the canary copy.
+            text = str(template["spec"]["affinity"])
+            assert canary["metadata"]["name"] in text and f"'{rendered_copy['metadata']['name']}'" not in text
+            assert template["spec"]["containers"] == rendered_template["spec"]["containers"], "the new revision whole"
+    assert canary_workload.group_copies(objects, 0) == []
+    with pytest.raises(ValueError, match="renders 3"):
+        canary_workload.group_copies(objects, 4)
+
+
+def test_a_kuberay_canary_weighed_on_a_route_is_refused_at_validation() -> None:
+    doc = yaml.safe_load((ROOT / "profiles" / "llama31-405b-2node.yaml").read_text())
+    doc["rollout"] = {
+        **doc["rollout"],
+        "replicas": 2,
+        "canary": {"steps": [{"copies": 1}], "traffic": "httpRoute", "httpRoute": {"parentRefs": [{"name": "gw"}]}},
+    }
+    with pytest.raises(errors.InvalidProfile) as refused:
+        profile.loads(yaml.safe_dump(doc), "405b.yaml")
+    assert "rollout.canary.traffic" in str(refused.value) and "KubeRay" in str(refused.value), refused.value
 
 
 HTTP_ROUTE = """  traffic: httpRoute
@@ -71,7 +121,6 @@ HTTP_ROUTE = """  traffic: httpRoute
 
 def test_traffic_http_route_runs_and_renders_the_route_to_the_release_service() -> None:
     prof, objects = rendered(CANARY + HTTP_ROUTE)
-    assert canary_steps.not_run(prof) is None
     name = prof.metadata.name
     route = canary_workload.route_of(objects, name)
     assert route is not None and route["apiVersion"] == "gateway.networking.k8s.io/v1"
@@ -124,18 +173,6 @@ def test_the_sides_narrow_the_release_service_and_the_route_weighs_them() -> Non
 @pytest.mark.parametrize(("copies", "replicas", "percent"), [(1, 2, 50), (1, 4, 25), (1, 300, 1), (3, 3, 100)])
 def test_the_canary_weight_is_its_share_of_the_copies_and_never_zero(copies: int, replicas: int, percent: int) -> None:
     assert canary_route.canary_percent(copies, replicas) == percent
-
-
-def test_the_prometheus_source_runs() -> None:
-    extra = "  metrics: {source: prometheus, prometheusUrl: 'http://prom:9090'}\n"
-    prof = profile.loads(with_rollout(CANARY + extra, monitoring={"podMonitor": {"enabled": True}}), "canary.yaml")
-    assert canary_steps.not_run(prof) is None
-
-
-def test_a_single_pod_canary_on_pods_and_a_service_runs() -> None:
-    prof, _ = rendered()
-    assert canary_steps.not_run(prof) is None
-    assert canary_steps.not_run(profile.loads(with_rollout("replicas: 2"), "plain.yaml")) is None
 
 
 def test_the_canary_has_the_new_network_policy_for_its_pods_alone() -> None:

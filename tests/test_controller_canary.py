@@ -136,3 +136,29 @@ def test_a_new_run_starts_without_the_last_runs_progressing() -> None:
     step = resource_status.canary_progress(resource_status.reconciling(None, 2, T0), 2, "step 1/1", T0)
     again = resource_status.reconciling(step, 3, T1)
     assert "Progressing" not in _by_type(again)
+
+
+def _ray_canary(kube: Kube, name: str, labels: dict[str, str], state: str = "") -> None:
+    meta = {"name": name, "namespace": NS, "labels": dict(labels)}
+    kube.create({"apiVersion": "ray.io/v1", "kind": "RayCluster", "metadata": meta, "status": {"state": state}})
+
+
+def test_a_canary_of_copies_across_nodes_is_steered_on_its_first_raycluster() -> None:
+    kube = _cluster(canary_running=False)
+    _ray_canary(kube, "llm-0a1b2c3d-c1", CANARY_LABELS)
+    _ray_canary(kube, "llm-0a1b2c3d-c0", CANARY_LABELS, state="ready")
+    _ray_canary(kube, "llm-0a1b2c3d-0", {"deployctl.dev/release": "llm"}, state="ready")  # a stable copy
+    _ray_canary(kube, "llm-aaaaaaaa-c0", {"app": "someone-elses"})  # sorts first, not the release's
+    command = canary_control.send(kube, "llm", NS, "pause", by="alice")
+    first = kube.get("RayCluster", "llm-0a1b2c3d-c0", NS) or {}
+    sent = json.loads(first["metadata"]["annotations"][canary_control.COMMAND_ANNOTATION])
+    assert sent == command.to_json() and sent["command"] == "pause"
+    for other in ("llm-0a1b2c3d-c1", "llm-0a1b2c3d-0", "llm-aaaaaaaa-c0"):
+        assert "annotations" not in (kube.get("RayCluster", other, NS) or {})["metadata"], other
+    canary_control.publish(kube, "llm", NS, {"state": "analysing", "step": 1})
+    shown = canary_control.progress(kube, "llm", NS) or {}
+    assert shown["state"] == "analysing" and shown["command"]["command"] == "pause", shown
+    assert shown["canary_copies"] == {"desired": 2, "ready": 1}, shown
+    assert (canary_control.read(kube, "llm", NS) or command).by == "alice"
+    canary_control.clear(kube, "llm", NS)
+    assert canary_control.read(kube, "llm", NS) is None

@@ -32,6 +32,17 @@ NS = "team-a"
 IMAGE = "registry.internal/vllm/vllm-openai@sha256:" + "4f1c7b0d" * 8
 
 
+def _merge(target: dict[str, Any], patch: dict[str, Any]) -> None:
+    """A JSON merge patch (RFC 7386), as the API server applies it: None deletes a key."""
+    for key, value in patch.items():
+        if value is None:
+            target.pop(key, None)
+        elif isinstance(value, dict) and isinstance(target.get(key), dict):
+            _merge(target[key], value)
+        else:
+            target[key] = copy.deepcopy(value)
+
+
 class Kube(tr.FakeKube):
     """The stand-in plus merge patches, cluster-scoped InferencePolicies, and a log of every write."""
 
@@ -55,8 +66,7 @@ class Kube(tr.FakeKube):
             raise errors.Forbidden(f'cannot patch resource "inferenceprofiles" in the namespace "{namespace}"')
         self.writes.append(("patch" + (f"/{subresource}" if subresource else ""), kind, name))
         obj = self.objects[(kind, namespace or "", name)]
-        for key, value in patch.items():
-            obj[key] = {**obj.get(key, {}), **value} if isinstance(value, dict) else value
+        _merge(obj, patch)
         return copy.deepcopy(obj)
 
     def create(self, obj: dict[str, Any]) -> dict[str, Any]:

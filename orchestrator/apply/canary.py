@@ -1,15 +1,16 @@
 """rollout.canary's steps: the new revision on a few copies, judged on live traffic beside the stable
 copies, before the promotion moves every copy (``orchestrator.apply.pipeline`` promotes).
 
-Step 1 starts the canary Deployment (``orchestrator.render.canary``) and runs the existing gate on
-its pods alone: rollout watch, health, smoke. Every step then reads each serving pod's metrics
-(``pod_metrics``, or the same series from a Prometheus: ``prom_metrics``) over its analysis window
-and judges the canary against the stable copies
-(``gate.canary_analysis``); a later step first grows the canary to its size. Where preflight found
-no room beside the stable copies (``replace``), each step takes as many stable copies away as the
-canary runs. A failed step, or anything unexpected, removes the canary and gives the stable copies
-back what was taken: the stable Deployment's pod template is never written, so its pods never
-restart. What each step measured is the evidence the record keeps (``Steps.evidence``).
+Step 1 starts the canary's copies (``canary_copies``: a Deployment, or for copies that span nodes
+one RayCluster each) and runs the existing gate on its pods alone: rollout watch, health, smoke.
+Every step then reads each serving pod's metrics (``pod_metrics``, or the same series from a
+Prometheus: ``prom_metrics``) over its analysis window and judges the canary against the stable
+copies (``gate.canary_analysis``); a later step first grows the canary to its size. Where preflight
+found no room beside the stable copies (``replace``), each step takes as many stable copies away as
+the canary runs. A failed step, or anything unexpected, removes the canary and gives the stable
+copies back what was taken: no stable pod template is ever written, so no stable pod restarts. What
+each step measured is the evidence the record keeps (``Steps.evidence``). A passed canary of copies
+across nodes is removed before the promotion, which starts every copy of the new revision whole.
 """
 
 from __future__ import annotations
@@ -20,18 +21,15 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-import yaml
-
 from orchestrator import conventions, errors
 from orchestrator.apply import (
     canary_control,
+    canary_copies,
     canary_route,
     pod_metrics,
     prom_metrics,
-    rollout,
     sequence,
     verify,
-    watching,
 )
 from orchestrator.apply.lock import ReleaseLock
 from orchestrator.apply.outcome import Failure, Outcome, Timings
@@ -47,23 +45,7 @@ from orchestrator.render import canary as canary_workload
 STAGE = "canary"
 FAILED = "canary_failed"  # the failure class of a step whose live traffic judged the canary worse
 ABORTED = "canary_aborted"  # `deployctl rollout abort`
-# What this deployctl does not run yet, said before any write (exit 5) instead of ignored.
-_NOT_RUN = {"multi_node": "a canary of copies that span nodes (one RayCluster per step)"}
 Sleep = Callable[[float], None]
-
-
-def not_run(profile: Profile) -> str | None:
-    """Why this deployctl refuses ``profile``'s canary before any write, or None when it runs it."""
-    spec = profile.rollout.canary
-    if spec is None:
-        return None
-    if not profile.multi_node:
-        return None
-    return (
-        f"this deployctl does not run {_NOT_RUN['multi_node']} yet, and deploying every copy at once would ignore "
-        "what the profile asks. Nothing was written. Run the canary on a single-pod-per-copy release, or remove "
-        "rollout.canary"
-    )
 
 
 @dataclasses.dataclass
@@ -87,7 +69,7 @@ class Canary:
     mode: str  # "beside" | "replace" (preflight.Preflight.canary_mode)
     report: verify.Reporter
     abort: verify.Abort
-    stable_replicas: int  # the stable Deployment's copies before the canary: what `replace` gives back
+    copies: canary_copies.Copies  # where the canary runs, and the stable copies `replace` takes and gives back
     route: canary_route.LiveRoute | None = None  # what the steps weigh (traffic httpRoute on a live route)
     sleep: Sleep = time.sleep
 
@@ -124,8 +106,8 @@ def of(
         report("apply", f"rollout.canary has nothing to run: {why}")
         return None
     route = _live_route(profile, live, report) if profile.rollout.canary.traffic == "httpRoute" else None
-    replicas = _live_replicas(live, profile)
-    return Canary(kube, profile, objects, live, spec, mode, report, lock.lost_reason, replicas, route)
+    copies = canary_copies.of(kube, profile, objects, live.manifests)
+    return Canary(kube, profile, objects, live, spec, mode, report, lock.lost_reason, copies, route)
 
 
 def _live_route(profile: Profile, live: releases.Record, report: verify.Reporter) -> canary_route.LiveRoute | None:
@@ -142,16 +124,6 @@ def _live_route(profile: Profile, live: releases.Record, report: verify.Reporter
     if route is None:
         report(STAGE, "the live revision has no HTTPRoute yet: the Service spreads this canary's traffic")
     return route
-
-
-def _live_replicas(live: releases.Record, profile: Profile) -> int:
-    """The stable Deployment's copies as the live revision applied them (not as the cluster has them:
-    an earlier run killed mid-step may have left it short)."""
-    for doc in yaml.safe_load_all(live.manifests):
-        replicas = (doc.get("spec") or {}).get("replicas") if isinstance(doc, dict) else None
-        if isinstance(doc, dict) and doc.get("kind") == "Deployment" and isinstance(replicas, int):
-            return replicas
-    return profile.rollout.replicas
 
 
 def first(c: Canary, draft: writer.Draft, description: str, timings: Timings) -> tuple[writer.Draft, Outcome | None]:
@@ -194,10 +166,8 @@ def run(c: Canary, timings: Timings) -> Steps:
     except BaseException:  # Ctrl-C, SIGTERM: the canary goes too, the stable copies get back what it took
         _remove(c, wait=False)  # no waiting: a pod's grace period may end any moment
         raise
-    if failure is None and (lost := c.abort()) is not None:  # the promotion must not run without the lock
-        failure = Failure("lock_lost", lost, STAGE)
-    if failure is None and c.route is not None:  # one backend again before the promotion applies the new route
-        failure = _unweigh_passed(c)
+    if failure is None:
+        failure = _before_promotion(c)
     evidence["result"] = result if failure is None else "failed"
     if failure is None:
         c.report(STAGE, "the canary passed: promoting it to every copy")
@@ -205,6 +175,22 @@ def run(c: Canary, timings: Timings) -> Steps:
         evidence["failed_step"] = len(steps)
         evidence["removed"] = _remove(c)
     return Steps(failure, judged, evidence)
+
+
+def _before_promotion(c: Canary) -> Failure | None:
+    """After the steps passed: the lock still held, the route back to one backend, and a canary of copies
+    across nodes removed (the promotion's copies need its GPUs); or the failure that stops the promotion."""
+    try:
+        if (lost := c.abort()) is not None:  # the promotion must not run without the lock
+            return Failure("lock_lost", lost, STAGE)
+        if c.route is not None and (failure := _unweigh_passed(c)) is not None:
+            return failure
+        return _free_passed(c) if c.copies.spans_nodes else None
+    except Exception as e:  # the caller removes the canary, as after a failed step
+        return sequence.unexpected_failure(e, STAGE)
+    except BaseException:  # Ctrl-C, SIGTERM: as during the steps
+        _remove(c, wait=False)
+        raise
 
 
 class _ByHand(Exception):
@@ -231,12 +217,9 @@ def _step(
         return verify.Judgement(None), Failure("lock_lost", lost, STAGE)
     c.report(STAGE, f"step {index + 1}/{total}: the new revision on {copies} of {replicas} copies ({c.mode})")
     if c.mode == "replace":
-        _scale_stable(c, max(c.stable_replicas - copies, 0))
-    for obj in canary_workload.workloads(c.objects, c.name, copies):
-        c.kube.apply(obj)
-    spec = dataclasses.replace(
-        c.spec, workload=canary_workload.workload_name(c.name), endpoint=None, endpoint_own=False, group=None
-    )
+        canary_copies.take_stable(c.copies, copies, c.spec.rollout_timeout)
+    canary_copies.start(c.copies, copies, timeout=c.spec.rollout_timeout)
+    spec = canary_copies.gate_spec(c.copies, c.spec, copies)
     if index > 0:
         spec = dataclasses.replace(spec, smoke=None)  # the smoke run judged the revision on step 1
     _publish(c, entry, "gate")
@@ -371,8 +354,9 @@ def _reader(
 
 def _checkpoint(c: Canary, entry: dict[str, Any]) -> float:
     """Act on the last command sent: raise ``_ByHand`` for promote and abort, and hold while paused;
-    the seconds it held (0 when not paused). A canary Deployment deleted meanwhile is an abort; an
-    annotation that cannot be read keeps the pause (a passing API error resumes nothing)."""
+    the seconds it held (0 when not paused). A canary deleted meanwhile (its Deployment, or every canary
+    RayCluster) is an abort; an annotation that cannot be read keeps the pause (a passing API error
+    resumes nothing)."""
     command = canary_control.read(c.kube, c.name, c.namespace)
     if command is None or command.verb == "resume":
         return 0.0
@@ -385,8 +369,8 @@ def _checkpoint(c: Canary, entry: dict[str, Any]) -> float:
     verb: str | None = "pause"
     while verb == "pause" and c.abort() is None:
         c.sleep(interval)
-        if canary_control.deleted(c.kube, c.name, c.namespace):
-            raise _ByHand(canary_control.Command("abort", "whoever deleted the canary Deployment", ""))
+        if canary_copies.gone(c.copies):
+            raise _ByHand(canary_control.Command("abort", "whoever deleted the canary", ""))
         command = canary_control.read(c.kube, c.name, c.namespace) or command  # unreadable: still paused
         verb = command.verb
     if verb in ("promote", "abort"):
@@ -410,34 +394,27 @@ def _publish(c: Canary, entry: dict[str, Any], state: str, **extra: object) -> N
     canary_control.publish(c.kube, c.name, c.namespace, progress)
 
 
-def _scale_stable(c: Canary, replicas: int) -> None:
-    """The stable Deployment on ``replicas`` copies; its pod template is left as it is."""
-    c.kube.merge_patch("Deployment", c.name, c.namespace, {"spec": {"replicas": replicas}})
-
-
 def _remove(c: Canary, *, wait: bool = True) -> list[str]:
     """Delete the canary and give the stable copies back what a replacing canary took (and, with
     ``wait``, wait until they are back); what is left to a person (empty when all went)."""
     left = _unweigh(c, wait=wait) if c.route is not None else []
-    kinds = ["Deployment"] + (["NetworkPolicy"] if canary_workload.network_policy(c.objects, c.name) else [])
-    for kind in kinds:
-        try:
-            c.kube.delete(kind, canary_workload.workload_name(c.name), c.namespace)
-        except errors.DeployctlError as e:
-            left.append(f"the canary {kind} could not be deleted: {e.message}")
+    if c.mode == "replace" and wait:  # the stable copies given back need the GPUs the canary's pods hold
+        left += canary_copies.free(c.copies, c.spec.rollout_timeout)
+    else:
+        left += canary_copies.remove(c.copies)
     with contextlib.suppress(Exception):  # a progress line never stops the clean-up
         c.report(STAGE, "the canary was removed" if not left else "removing the canary did not finish")
     if c.mode == "replace":
-        try:
-            _scale_stable(c, c.stable_replicas)
-            if wait:
-                quiet = watching.Wait(c.spec.rollout_timeout, lambda m: None, lambda: None)
-                back = rollout.watch_rollout(c.kube, c.namespace, c.name, quiet, engine=c.spec.engine)
-                if not back.ok and back.failure is not None:
-                    left.append(f"the stable copies did not come back: {back.failure.message}")
-        except errors.DeployctlError as e:
-            left.append(f"the stable copies could not be scaled back: {e.message}")
+        left += canary_copies.give_back(c.copies, wait=wait, timeout=c.spec.rollout_timeout, engine=c.spec.engine)
     return left
+
+
+def _free_passed(c: Canary) -> Failure | None:
+    """After the last step passed, for copies across nodes: the canary's RayClusters deleted and their
+    pods gone, or the failure that stops the promotion (it would find no GPUs for its copies)."""
+    c.report(STAGE, "removing the canary's copies: the promotion starts every copy of the new revision whole")
+    left = canary_copies.free(c.copies, c.spec.rollout_timeout)
+    return Failure("cluster_error", "; ".join(left), STAGE) if left else None
 
 
 def _unweigh(c: Canary, *, wait: bool) -> list[str]:

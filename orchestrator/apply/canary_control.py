@@ -2,7 +2,8 @@
 promote|abort|pause|resume RELEASE` asks, the apply running the canary answers, and `deployctl rollout
 status` reads what that apply last published.
 
-Both live on the canary Deployment's annotations, the one object a running canary owns alone: a
+Both live on the annotations of the one object a running canary owns alone, its Deployment, or for
+copies that span nodes its first RayCluster (`<prefix>-<digest>-c0`, which every step keeps): a
 command in ``COMMAND_ANNOTATION`` (the last one wins: `resume` replaces `pause`), and the apply's
 progress in ``STATUS_ANNOTATION``. Whoever may annotate Deployments in the namespace (an `edit` role)
 may send a command, as they could delete the canary Deployment: `promote` only moves the promotion
@@ -44,17 +45,36 @@ def _annotations(obj: dict[str, Any] | None) -> dict[str, str]:
 
 
 def _canary(kube: Kube, release: str, namespace: str) -> dict[str, Any] | None:
-    """The release's running canary Deployment; None when there is none. A Deployment of that name
-    without the release's label and the canary track is not the canary: left alone, never annotated."""
+    """The object that carries ``release``'s running canary's channel: its canary Deployment, else its
+    first canary RayCluster; None when there is none. An object without the release's label and the
+    canary track is not the canary: left alone, never annotated."""
     found = kube.get("Deployment", canary_workload.workload_name(release), namespace)
+    if found is not None and _ours(found, release):
+        return {**found, "kind": "Deployment"}
+    with contextlib.suppress(errors.NotFound, errors.Forbidden):  # no KubeRay here, or no right to read it
+        groups, _ = kube.list(canary_workload.GROUP_KIND, namespace, labels=_canary_labels(release))
+        ours = sorted((g for g in groups if _ours(g, release)), key=lambda g: str(g["metadata"]["name"]))
+        if ours:
+            return {**ours[0], "kind": canary_workload.GROUP_KIND}
+    return None
+
+
+def _ours(found: dict[str, Any] | None, release: str) -> bool:
     labels = ((found or {}).get("metadata") or {}).get("labels") or {}
-    ours = labels.get(conventions.RELEASE_LABEL) == release and labels.get(conventions.TRACK_LABEL) == "canary"
-    return found if ours else None
+    return labels.get(conventions.RELEASE_LABEL) == release and labels.get(conventions.TRACK_LABEL) == "canary"
+
+
+def _canary_labels(release: str) -> str:
+    return f"{conventions.RELEASE_LABEL}={release},{conventions.TRACK_LABEL}={canary_workload.CANARY}"
 
 
 def _patch(kube: Kube, release: str, namespace: str, annotations: dict[str, str | None]) -> None:
-    name = canary_workload.workload_name(release)
-    kube.merge_patch("Deployment", name, namespace, {"metadata": {"annotations": annotations}})
+    """Annotate the running canary's channel object; ``errors.NotFound`` when no canary runs."""
+    found = _canary(kube, release, namespace)
+    if found is None:
+        raise errors.NotFound(f"release {release} has no canary running in namespace {namespace}")
+    name = found["metadata"]["name"]
+    kube.merge_patch(found["kind"], name, namespace, {"metadata": {"annotations": annotations}})
 
 
 def send(kube: Kube, release: str, namespace: str, verb: Verb, *, by: str | None = None) -> Command:
@@ -63,8 +83,8 @@ def send(kube: Kube, release: str, namespace: str, verb: Verb, *, by: str | None
     if _canary(kube, release, namespace) is None:
         raise errors.UsageError(
             f"release {release} in namespace {namespace} has no canary running (no Deployment "
-            f"{canary_workload.workload_name(release)} of the release's canary); `deployctl rollout status "
-            f"{release}` says what runs"
+            f"{canary_workload.workload_name(release)} nor RayCluster of the release's canary that this identity "
+            f"may read); `deployctl rollout status {release}` says what runs"
         )
     at = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
     command = Command(verb, by or kube.whoami(), at)
@@ -72,18 +92,10 @@ def send(kube: Kube, release: str, namespace: str, verb: Verb, *, by: str | None
     return command
 
 
-def deleted(kube: Kube, release: str, namespace: str) -> bool:
-    """Whether the canary Deployment is gone (False when the API could not say)."""
-    try:
-        return kube.get("Deployment", canary_workload.workload_name(release), namespace) is None
-    except errors.DeployctlError:
-        return False
-
-
 def clear(kube: Kube, release: str, namespace: str) -> None:
-    """Forget any command an earlier, interrupted run left on the canary Deployment, before this run
-    creates it (a command sent after this is this run's)."""
-    with contextlib.suppress(errors.NotFound):  # the usual case: no canary Deployment yet
+    """Forget any command an earlier, interrupted run left on its canary, before this run creates its
+    own (a command sent after this is this run's)."""
+    with contextlib.suppress(errors.NotFound):  # the usual case: no canary yet
         _patch(kube, release, namespace, {COMMAND_ANNOTATION: None, STATUS_ANNOTATION: None})
 
 
@@ -122,12 +134,19 @@ def progress(kube: Kube, release: str, namespace: str) -> dict[str, Any] | None:
     if isinstance(last, dict):
         shown["last"] = {k: v for k, v in last.items() if k in _LAST and isinstance(v, _LAST[k])}
     command = read(kube, release, namespace)
-    spec, status = found.get("spec") or {}, found.get("status") or {}
-    return {
-        **shown,
-        "canary_copies": {"desired": spec.get("replicas"), "ready": status.get("readyReplicas", 0)},
-        "command": command.to_json() if command else None,
-    }
+    copies = _copies(kube, found, release, namespace)
+    return {**shown, "canary_copies": copies, "command": command.to_json() if command else None}
+
+
+def _copies(kube: Kube, found: dict[str, Any], release: str, namespace: str) -> dict[str, object]:
+    """The canary's copies, desired and ready: its Deployment's replicas, or its RayClusters that KubeRay
+    calls ready."""
+    if found.get("kind") != canary_workload.GROUP_KIND:
+        spec, status = found.get("spec") or {}, found.get("status") or {}
+        return {"desired": spec.get("replicas"), "ready": status.get("readyReplicas", 0)}
+    groups, _ = kube.list(canary_workload.GROUP_KIND, namespace, labels=_canary_labels(release))
+    ready = sum(1 for g in groups if (g.get("status") or {}).get("state") == "ready")
+    return {"desired": len(groups), "ready": ready}
 
 
 # The fields of the published progress `rollout status` shows, with their types.

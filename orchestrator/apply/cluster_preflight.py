@@ -75,7 +75,7 @@ def run(
     with_strategy(objects, verdict.strategy)
     # The canary's Deployment too, which only the canary's steps write (orchestrator.apply.canary), and the
     # two Services a canary weighed on the route writes: another's object under their names is a takeover.
-    canary = render_canary.workloads(objects, name, 1) if verdict.canary_mode and not profile.multi_node else []
+    canary = render_canary.workloads(objects, name, _canary_copies(profile)) if verdict.canary_mode else []
     service = render_canary.service_of(objects, name)
     if canary and service is not None and profile.rollout.canary and profile.rollout.canary.traffic == "httpRoute":
         canary += render_canary.side_services(service, name, "", render_canary.service_port(service))
@@ -83,6 +83,12 @@ def run(
     if adopted:
         report("preflight", f"adopting {', '.join(e.describe() for e in adopted)} (--adopt)")
     return dataclasses.replace(checked, found=found, adopted=adopted)
+
+
+def _canary_copies(profile: Profile) -> int:
+    """The most copies the canary's steps run: one RayCluster each, when the copies span nodes."""
+    spec = profile.rollout.canary
+    return spec.largest_step(profile.rollout.replicas) if spec is not None else 0
 
 
 # Where preflight puts rollout.canary's copies (preflight.Preflight.canary_mode), and why.

@@ -62,7 +62,7 @@ def apply(profile: Profile, profile_text: str, options: sequence.Options, report
     with timings.phase("preflight"):
         checked = cluster_preflight.run(kube, profile, plan, options.keys, report, adopt=options.adopt)
     check, objects = checked.verdict, checked.objects
-    if (refusal := check.refusal or canary.not_run(profile)) is not None:
+    if (refusal := check.refusal) is not None:
         refused = Failure("preflight", refusal, "preflight")
         return Outcome("refused", name, namespace, refusal, failure=refused, timings=timings, warnings=check.warnings)
     if options.dry_run:

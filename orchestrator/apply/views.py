@@ -119,7 +119,9 @@ def status(options: connection.Connection, name: str, namespace: str) -> Status:
     pods, _ = kube.list("Pod", namespace, labels=f"{conventions.RELEASE_LABEL}={name}")
     pod_rows = [_pod_row(pod) for pod in sorted(pods, key=lambda p: p["metadata"]["name"])]
     dep_status = deployment.get("status") or {}
-    copies = applyset.release_objects(kube, "RayCluster", name, namespace)
+    groups = applyset.release_objects(kube, "RayCluster", name, namespace)
+    # A running canary's copies are not the release's: `deployctl rollout status` shows them.
+    copies = [g for g in groups if (g["metadata"].get("labels") or {}).get(conventions.TRACK_LABEL) != "canary"]
     return {
         "release": name,
         "namespace": namespace,
@@ -128,7 +130,7 @@ def status(options: connection.Connection, name: str, namespace: str) -> Status:
         "image": live.image if live else None,
         "model": live.model.model_dump() if live else None,
         "replicas": _copy_counts(copies, pod_rows)
-        if copies
+        if groups
         else {
             "desired": deployment.get("spec", {}).get("replicas"),
             "ready": dep_status.get("readyReplicas", 0),

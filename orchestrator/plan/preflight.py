@@ -174,7 +174,7 @@ def _canary(prof: profile.Profile, choice: _Choice, spare: int, replaces: bool) 
         return choice, ""
     name, _, _ = choice
     replicas = prof.rollout.replicas
-    if spare >= max(step.canary_copies(replicas) for step in canary.steps):
+    if spare >= canary.largest_step(replicas):
         # The promotion removes the canary and rolls the stable copies out as any apply: the
         # strategy's own downtime and refusal stand.
         return choice, "beside"

@@ -191,6 +191,10 @@ class CanarySpec(profile_base.Model):
             raise profile_base.field_error(("metrics", "interval"), "the metrics interval must be above 0")
         return self
 
+    def largest_step(self, replicas: int) -> int:
+        """The most copies any step runs the canary on, of ``replicas``."""
+        return max(step.canary_copies(replicas) for step in self.steps)
+
     def check_route_names(self, release: str) -> None:
         """Refuse a weighed route whose side Services' names (`<release>-stable`, `<release>-canary`)
         would pass the 63 characters a Service name may have: found only once a step ran, otherwise."""
@@ -211,6 +215,13 @@ class CanarySpec(profile_base.Model):
                 ("rollout", "canary"),
                 "a LeaderWorkerSet holds every copy in one object, so no copy can run another revision; a canary "
                 "across nodes needs placement.groupEngine kuberay (one RayCluster per copy)",
+            )
+        if group_engine == "kuberay" and self.traffic == "httpRoute":
+            raise profile_base.field_error(
+                ("rollout", "canary", "traffic"),
+                "a route weighs the stable side through a Service that selects the stable copies' pods alone, and "
+                "the pods of a KubeRay copy carry no label shared by the stable copies only (adding one would "
+                "restart them); use traffic service, where the release's Service spreads requests over every head",
             )
         interval = self.metrics.interval
         if self.metrics.source == "prometheus":

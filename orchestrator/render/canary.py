@@ -1,5 +1,6 @@
-"""The canary's workload: the new revision's Deployment under another name, on a few copies, and
-the new revision's NetworkPolicy for its pods.
+"""The canary's workload: the new revision's Deployment under another name, on a few copies (or, for
+copies that span nodes, the new revision's first RayClusters under canary names), and the new
+revision's NetworkPolicy for its pods.
 
 The stable Deployment keeps its name, selector and pods, so adding a canary restarts nothing. The
 canary Deployment `<release>-canary` runs the new pod template with ``conventions.TRACK_LABEL`` set
@@ -7,6 +8,12 @@ to ``canary`` on itself, its selector and its pods; it keeps the release label, 
 Service spreads requests over both sides, and the PodMonitor labels each series with its side.
 The stable Deployment's selector matches the canary's pods too, which Kubernetes allows: each
 ReplicaSet belongs to its Deployment by owner reference, never by labels alone.
+
+Copies that span nodes (KubeRay) have no Deployment to scale: each canary copy is one RayCluster,
+the new revision's copy `<prefix>-<digest>-<i>` renamed `<prefix>-<digest>-c<i>`, with the canary
+track on the RayCluster and on its head's and workers' pods, and the copy label (and the affinity
+terms that keep a copy's pods on distinct nodes) following the new name. A copy never mixes revisions:
+a canary copy runs the new revision whole, the stable RayClusters are never written.
 
 With ``rollout.canary.traffic: httpRoute`` the release's HTTPRoute weighs two Services while a step
 runs: `<release>-stable`, the release's Service narrowed to the live ReplicaSet's pods by their
@@ -27,6 +34,7 @@ CANARY = "canary"
 STABLE = "stable"
 _SUFFIX = "-canary"
 _STABLE_SUFFIX = "-stable"
+GROUP_KIND = "RayCluster"  # one per copy that spans nodes; a canary of LeaderWorkerSets is refused at validation
 POD_TEMPLATE_HASH = "pod-template-hash"  # the label the Deployment controller gives each ReplicaSet's pods
 
 
@@ -69,9 +77,55 @@ def network_policy(objects: Sequence[dict[str, Any]], release: str) -> dict[str,
 
 
 def workloads(objects: Sequence[dict[str, Any]], release: str, copies: int) -> list[dict[str, Any]]:
-    """What the canary writes, in apply order: its NetworkPolicy (when the release has one), then its Deployment."""
+    """What the canary writes, in apply order: its NetworkPolicy (when the release has one), then its
+    Deployment, or its RayClusters when the copies span nodes."""
     policy = network_policy(objects, release)
-    return [*([policy] if policy else []), deployment(objects, release, copies)]
+    groups = group_copies(objects, copies)
+    return [*([policy] if policy else []), *(groups or [deployment(objects, release, copies)])]
+
+
+def group_copies(objects: Sequence[dict[str, Any]], copies: int) -> list[dict[str, Any]]:
+    """The canary's RayClusters: the first ``copies`` of the rendered ones under their canary names, with
+    the canary track; empty when the release's copies are single pods."""
+    found = [o for o in objects if o.get("kind") == GROUP_KIND]
+    if found and copies > len(found):
+        raise ValueError(f"a canary of {copies} copies, where the release renders {len(found)}")
+    return [_canary_copy(o) for o in found[:copies]]
+
+
+def canary_copy_name(copy_name: str) -> str:
+    """A canary copy's name: the new revision's copy `<prefix>-<digest>-<i>` as `<prefix>-<digest>-c<i>`."""
+    stem, _, index = copy_name.rpartition("-")
+    return f"{stem}-c{index}"
+
+
+def _canary_copy(group: dict[str, Any]) -> dict[str, Any]:
+    canary = copy.deepcopy(group)
+    old = canary["metadata"]["name"]
+    new = canary_copy_name(old)
+    track = {conventions.TRACK_LABEL: CANARY}
+    canary["metadata"]["name"] = new
+    canary["metadata"]["labels"] = {**canary["metadata"].get("labels", {}), **track}
+    spec = canary["spec"]
+    for template in [spec["headGroupSpec"]["template"], *(g["template"] for g in spec.get("workerGroupSpecs", []))]:
+        labels = template["metadata"].get("labels", {})
+        template["metadata"]["labels"] = {**labels, conventions.COPY_LABEL: new, **track}
+        _rename_copy_terms(template["spec"].get("affinity", {}), old, new)
+    return canary
+
+
+def _rename_copy_terms(node: object, old: str, new: str) -> None:
+    """Point every label selector on the copy label at ``old`` (the affinity that keeps one pod of a copy
+    per node, and a copy in one topology domain) to ``new``, in place."""
+    if isinstance(node, dict):
+        labels = node.get("matchLabels")
+        if isinstance(labels, dict) and labels.get(conventions.COPY_LABEL) == old:
+            labels[conventions.COPY_LABEL] = new
+        for value in node.values():
+            _rename_copy_terms(value, old, new)
+    elif isinstance(node, list):
+        for item in node:
+            _rename_copy_terms(item, old, new)
 
 
 def side_services(service: dict[str, Any], release: str, stable_hash: str, stable_port: int) -> list[dict[str, Any]]:

@@ -54,7 +54,9 @@ LWS_ENV = profile_pod.LWS_ENV
 LWS_GROUP_KEY_LABEL = "leaderworkerset.sigs.k8s.io/group-key"
 HOSTNAME_TOPOLOGY = "kubernetes.io/hostname"
 # Characters of the release name kept in a RayCluster's name: KubeRay derives longer names from it
-# ("<name>-head-svc", pod names with a group suffix), which must stay valid DNS labels.
+# ("<name>-head-svc", pod names with a group suffix), which must stay valid DNS labels. The longest
+# name is a canary copy's, "<prefix>-<8-hex digest>-c<index>": 54 characters at index 999, so its
+# "-head-svc" is 63.
 GROUP_NAME_PREFIX_CHARS = 40
 
 
