@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import contextlib
 import difflib
+import json
 import logging
 import os
 import re
@@ -39,6 +40,7 @@ import subprocess
 import sys
 import textwrap
 import time
+import urllib.request
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -298,10 +300,24 @@ class Simulators:
     def wait_real(self) -> None:
         assert self.real is not None
         port, log, proc = self.real
+        url = f"http://{realvllm.HOST}:{port}"
         try:
-            realvllm.wait_healthy(f"http://{realvllm.HOST}:{port}", 300, proc, log)
+            realvllm.wait_healthy(url, 300, proc, log)
         except (RuntimeError, TimeoutError) as e:
             raise DemoFailed(f"the real vLLM server did not start: {e}") from e
+        # A production server has served before its first smoke run; a fresh CPU build is slower on
+        # its first prompts of a new length (its kernels are built on first use), which would put a
+        # cold start into the gate's p95 TTFT. Two prompts of the smoke run's length warm it first.
+        body = json.dumps({"model": MODEL, "prompt": "hello " * 500, "max_tokens": 4}).encode()
+        for _ in range(2):
+            request = urllib.request.Request(
+                url + "/v1/completions", data=body, headers={"Content-Type": "application/json"}
+            )
+            try:
+                with urllib.request.urlopen(request, timeout=120) as answer:
+                    answer.read()
+            except OSError as e:
+                raise DemoFailed(f"the real vLLM server did not answer a warm-up prompt: {e}") from e
 
     def stop(self) -> None:
         for proc in self.procs:
